@@ -1,0 +1,204 @@
+"""The engine: runs the algorithms and callbacks of each event, in the order the passes decide."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Optional, Sequence, Union
+
+from composer_lab.core.algorithm import Algorithm
+from composer_lab.core.callback import Callback
+from composer_lab.core.changes import changed_fields, snapshot
+from composer_lab.core.event import Event
+from composer_lab.core.logger import Logger
+from composer_lab.core.passes import DEFAULT_PASSES, AlgorithmPass
+from composer_lab.core.state import State
+from composer_lab.core.trace import Trace
+
+__all__ = ["Engine"]
+
+PassSpec = Union[AlgorithmPass, tuple, Sequence[Any]]
+_now = time.perf_counter
+
+
+def _pass_name(p: Callable) -> str:
+    return getattr(p, "__name__", type(p).__name__)
+
+
+class Engine:
+    """Runs ``state.algorithms`` and ``state.callbacks`` at each event and records it all.
+
+    ``run_event(event)``: ask every algorithm ``match(event, state)``, put the matches
+    through the passes, ``apply`` each in the resulting order, then run the callbacks (on
+    ``INIT``, callbacks first). ``algorithm_passes`` adds passes to the default ones and
+    accepts ``f``, ``[f]``, ``(f, index)`` or ``[(f, index), g]``. The pass list may change
+    between any two events (:meth:`register_pass`, :attr:`passes`); the change holds from the
+    next event on. ``plan(event)`` gives the order without applying anything.
+    """
+
+    def __init__(self, state: State, logger: Optional[Logger] = None,
+                 algorithm_passes: Optional[PassSpec] = None, trace: Union[str, Trace] = "all") -> None:
+        self.state = state
+        self.logger = logger if logger is not None else Logger(state)
+        self.trace = trace if isinstance(trace, Trace) else Trace(trace)
+        self._passes: list[AlgorithmPass] = list(DEFAULT_PASSES)
+        self._callback_events: dict[int, tuple[Callback, frozenset]] = {}
+        for p, index in _pass_specs(algorithm_passes):
+            self.register_pass(p, index)
+
+    # -- passes -------------------------------------------------------------------------------
+    @property
+    def passes(self) -> list[AlgorithmPass]:
+        """The passes in the order they run (a copy; assign a list to change them)."""
+        return list(self._passes)
+
+    @passes.setter
+    def passes(self, passes: Sequence[AlgorithmPass]) -> None:
+        passes = list(passes)
+        for p in passes:
+            _check_pass(p)
+        self._passes = passes  # one assignment: an event in flight keeps the list it started with
+
+    def register_pass(self, algorithm_pass: AlgorithmPass, index: int = -1) -> None:
+        """Add a pass at ``index`` (-1: last)."""
+        _check_pass(algorithm_pass)
+        passes = list(self._passes)
+        if index == -1:
+            passes.append(algorithm_pass)
+        else:
+            passes.insert(index, algorithm_pass)
+        self._passes = passes
+
+    def remove_pass(self, algorithm_pass: Union[AlgorithmPass, str]) -> None:
+        """Remove a pass, given as the function or its name."""
+        keep = [p for p in self._passes if p is not algorithm_pass and _pass_name(p) != algorithm_pass]
+        if len(keep) == len(self._passes):
+            raise ValueError(f"no pass {algorithm_pass!r} in {[_pass_name(p) for p in self._passes]}")
+        self._passes = keep
+
+    # -- ordering -----------------------------------------------------------------------------
+    def plan(self, event: Union[Event, str], algorithms: Optional[Sequence[Algorithm]] = None) -> list[Algorithm]:
+        """The algorithms that would run at ``event`` now, in order; nothing is applied.
+
+        ``algorithms`` defaults to ``state.algorithms``; they are asked ``match`` on the
+        current state, as ``run_event`` would."""
+        return self.plan_steps(event, algorithms)[-1][1]
+
+    def plan_steps(self, event: Union[Event, str],
+                   algorithms: Optional[Sequence[Algorithm]] = None) -> list[tuple[str, list[Algorithm]]]:
+        """How the order of ``event`` comes about: ``('match', matched)`` then, for each pass,
+        its name and the order after it."""
+        event = Event(event)
+        algorithms = self.state.algorithms if algorithms is None else algorithms
+        order = [a for a in algorithms if a.match(event, self.state)]
+        steps = [("match", order)]
+        for p in self._passes:
+            order = list(_checked_result(p, p(order, event)))
+            steps.append((_pass_name(p), order))
+        return steps
+
+    def _order(self, matched: list, event: Event) -> Sequence[Algorithm]:
+        for p in self._passes:
+            matched = _checked_result(p, p(matched, event))
+        return matched
+
+    # -- running ------------------------------------------------------------------------------
+    def run_event(self, event: Union[Event, str]) -> None:
+        """Run the algorithms and callbacks of ``event`` and record them in the trace."""
+        if type(event) is not Event:
+            event = Event(event)
+        state, trace = self.state, self.trace
+        self.logger.phase = event.phase
+        seq = trace.next_seq()
+        t0 = _now()
+        try:
+            if event is Event.INIT:
+                self._run_callbacks(event, seq)
+                self._run_algorithms(event, seq)
+            else:
+                self._run_algorithms(event, seq)
+                self._run_callbacks(event, seq)
+        finally:
+            if trace.recording:
+                trace.record_event(seq, event, state.timestamp, state.microbatch, t0, _now())
+
+    def _run_algorithms(self, event: Event, seq: int) -> None:
+        state, trace = self.state, self.trace
+        algorithms = state.algorithms
+        if not algorithms:
+            return
+        matched, unmatched = [], []
+        for algo in algorithms:
+            (matched if algo.match(event, state) else unmatched).append(algo)
+        if unmatched and trace.records_unmatched:
+            trace.record_unmatched(seq, event, state.timestamp.batch, unmatched)
+        if matched:
+            for order, algo in enumerate(self._order(matched, event)):
+                self._invoke(algo, "algorithm", order, event, seq, algo.apply)
+
+    def _run_callbacks(self, event: Event, seq: int) -> None:
+        for order, cb in enumerate(self.state.callbacks):
+            if event in self._events_of(cb):
+                self._invoke(cb, "callback", order, event, seq, cb.run_event)
+
+    def _events_of(self, cb: Callback) -> frozenset:
+        entry = self._callback_events.get(id(cb))
+        if entry is None or entry[0] is not cb:
+            entry = self._callback_events[id(cb)] = (cb, cb.events())
+        return entry[1]
+
+    def _invoke(self, obj: Any, kind: str, order: int, event: Event, seq: int,
+                call: Callable[[Event, State, Logger], Optional[int]]) -> None:
+        state, trace = self.state, self.trace
+        if not trace.recording:
+            call(event, state, self.logger)
+            return
+        before = snapshot(state)
+        batch = state.timestamp.batch
+        t0 = _now()
+        try:
+            exit_code = call(event, state, self.logger)
+        except BaseException as err:
+            trace.record_invocation(seq, event, batch, obj, kind, order, None, _now() - t0,
+                                    changed_fields(before, state), f"{type(err).__name__}: {err}")
+            raise
+        duration = _now() - t0
+        trace.record_invocation(seq, event, batch, obj, kind, order, exit_code, duration,
+                                changed_fields(before, state), None)
+
+    def close(self) -> None:
+        """Close every callback (flush files, end progress bars)."""
+        for cb in self.state.callbacks:
+            cb.close()
+
+
+def _check_pass(p: Any) -> None:
+    if not callable(p):
+        raise TypeError(f"an algorithm pass is a function (algorithms, event) -> algorithms, got "
+                        f"{type(p).__name__} {p!r}")
+
+
+def _checked_result(p: Callable, result: Any) -> Sequence[Algorithm]:
+    if not isinstance(result, (list, tuple)):
+        raise TypeError(f"algorithm pass {_pass_name(p)} returned {type(result).__name__}; a pass must "
+                        f"return the list of algorithms (return it even when it changes nothing)")
+    return result
+
+
+def _pass_specs(spec: Optional[PassSpec]) -> list[tuple[AlgorithmPass, int]]:
+    """Normalise ``f``, ``[f]``, ``(f, i)`` and ``[(f, i), g]`` to ``[(f, index)]``."""
+    if spec is None:
+        return []
+    if callable(spec):
+        return [(spec, -1)]
+    if isinstance(spec, tuple) and len(spec) == 2 and callable(spec[0]) and isinstance(spec[1], int):
+        return [(spec[0], spec[1])]
+    out = []
+    for item in spec:
+        if callable(item):
+            out.append((item, -1))
+        elif isinstance(item, tuple) and len(item) == 2 and callable(item[0]) and isinstance(item[1], int):
+            out.append((item[0], item[1]))
+        else:
+            raise TypeError(f"algorithm_passes: cannot read {item!r}; give a pass function f, or (f, index) "
+                            f"to insert it at a position, or a list of those")
+    return out

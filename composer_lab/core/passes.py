@@ -1,0 +1,108 @@
+"""Algorithm passes: functions ``(algorithms, event) -> algorithms`` that order what runs.
+
+The engine runs the matched algorithms of an event through its passes, in order, before
+applying them. Composer registers its passes as SB-first, FusedLayerNorm-last, FILO; since
+FILO reverses the whole list on after-events, Selective Backprop, sorted first, ends up
+*last* on AFTER_DATALOADER, after the augmentations it must precede. Here FILO runs first
+and the pinning passes after it, so what is pinned stays pinned on every event.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable, Sequence, TypeVar, Union
+
+from composer_lab.core.algorithm import Algorithm
+from composer_lab.core.event import Event
+
+__all__ = [
+    "AlgorithmPass", "set_filo_order", "sort_selective_backprop_first", "sort_fused_layernorm_last",
+    "sort_to_front", "sort_to_back", "warn_if_multiple_loss_interpolation", "DEFAULT_PASSES",
+    "is_filo_reversed",
+]
+
+T = TypeVar("T")
+AlgorithmPass = Callable[[Sequence[Algorithm], Event], Sequence[Algorithm]]
+_Key = Union[type, tuple, Callable[[Any], bool]]
+
+
+def _predicate(key: _Key) -> Callable[[Any], bool]:
+    if isinstance(key, (type, tuple)):
+        return lambda obj: isinstance(obj, key)
+    return key
+
+
+def sort_to_front(list_to_sort: Sequence[T], cls: _Key) -> list[T]:
+    """Stable sort of instances of ``cls`` (a class, tuple of classes or predicate) to the front.
+
+    >>> sort_to_front([1, 'b', 3], str)
+    ['b', 1, 3]
+    """
+    pred = _predicate(cls)
+    return [x for x in list_to_sort if pred(x)] + [x for x in list_to_sort if not pred(x)]
+
+
+def sort_to_back(list_to_sort: Sequence[T], cls: _Key) -> list[T]:
+    """Stable sort of instances of ``cls`` (a class, tuple of classes or predicate) to the back.
+
+    >>> sort_to_back([1, 'b', 3], str)
+    [1, 3, 'b']
+    """
+    pred = _predicate(cls)
+    return [x for x in list_to_sort if not pred(x)] + [x for x in list_to_sort if pred(x)]
+
+
+_FILO_EVENTS = frozenset(e for e in Event if e.is_after_event and "after_" in e.value)
+
+
+def is_filo_reversed(event: Event) -> bool:
+    """Whether :func:`set_filo_order` reverses ``event``: the ``*after_*`` events that close a
+    ``*before_*`` one (AFTER_LOSS, EVAL_AFTER_FORWARD...); ``*_end`` events keep their order."""
+    return event in _FILO_EVENTS
+
+
+def set_filo_order(algorithms: Sequence[Algorithm], event: Event) -> Sequence[Algorithm]:
+    """First in, last out: reverse the order on ``after_*`` events, so A, B, C on BEFORE_LOSS
+    run as C, B, A on AFTER_LOSS and each can undo its change (LabelSmoothing restores the
+    targets it smoothed). ``_start`` / ``_end`` events keep their order."""
+    return algorithms[::-1] if event in _FILO_EVENTS else algorithms
+
+
+def sort_selective_backprop_first(algorithms: Sequence[Algorithm], event: Event) -> Sequence[Algorithm]:
+    """Batch-selecting algorithms (Selective Backprop) run first, so they score and prune the
+    batch the dataloader gave, before any augmentation changes it."""
+    return sort_to_front(algorithms, _selects_batch)
+
+
+def sort_fused_layernorm_last(algorithms: Sequence[Algorithm], event: Event) -> Sequence[Algorithm]:
+    """FusedLayerNorm runs after algorithms that add LayerNorms (GatedLinearUnits), so every
+    LayerNorm is converted."""
+    return sort_to_back(algorithms, _fuses_layernorm)
+
+
+def warn_if_multiple_loss_interpolation(algorithms: Sequence[Algorithm], event: Event) -> Sequence[Algorithm]:
+    """Warn when two algorithms that interpolate the loss (MixUp, CutMix) run at one event:
+    the second mixes an already mixed batch, which may not be what was meant."""
+    mixers = [a for a in algorithms if getattr(a, "interpolates_loss", False)]
+    if len(mixers) > 1:
+        names = ", ".join(type(a).__name__ for a in mixers)
+        warnings.warn(f"{names} all interpolate the loss at {event.value}; composing them mixes "
+                      f"already mixed examples. Keep one, or run them in different epochs.",
+                      stacklevel=2)
+    return algorithms
+
+
+def _selects_batch(obj: Any) -> bool:
+    return getattr(obj, "selects_batch", False)
+
+
+def _fuses_layernorm(obj: Any) -> bool:
+    return getattr(obj, "fuses_layernorm", False)
+
+
+DEFAULT_PASSES: tuple[AlgorithmPass, ...] = (
+    set_filo_order,
+    sort_selective_backprop_first,
+    sort_fused_layernorm_last,
+    warn_if_multiple_loss_interpolation,
+)

@@ -1,0 +1,148 @@
+"""The State: everything the training loop shares with algorithms and callbacks."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, MutableMapping
+from typing import Any, Optional, Sequence, Union
+
+import torch
+
+from composer_lab.core.time import Time, Timestamp, TimeUnit, ensure_time
+
+__all__ = ["State"]
+
+# Keys that dict batches use for what tuple batches hold at positions 0 and 1.
+_DICT_KEYS = {0: "input", 1: "target"}
+
+
+def _as_list(value: Any) -> list:
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    return [value]
+
+
+class State:
+    """The shared training state that algorithms read and change in place.
+
+    Args:
+        model: the module being trained.
+        max_duration: how long ``fit`` trains, e.g. '3ep' or '600ba'.
+        optimizers, schedulers: one object or a sequence of them.
+        dataloader: the training dataloader (its length turns epochs into fractions).
+        algorithms, callbacks: what the engine runs at each event.
+        precision: 'fp32', 'amp_bf16' or 'amp_fp16'.
+        device: where batches and model live.
+        seed: seeds :meth:`generator`, so randomness in algorithms repeats run to run.
+
+    ``batch``, ``outputs`` and ``loss`` hold the current step's values; ``microbatch`` is the
+    index of the microbatch being processed (None outside the microbatch loop).
+    """
+
+    def __init__(self, model: torch.nn.Module, max_duration: Union[str, Time] = "1ep", *,
+                 optimizers: Any = None, schedulers: Any = None, dataloader: Any = None,
+                 algorithms: Sequence[Any] = (), callbacks: Sequence[Any] = (),
+                 precision: str = "fp32", device: Union[str, torch.device] = "cpu",
+                 seed: int = 0, run_name: str = "run") -> None:
+        self.model = model
+        self.max_duration = max_duration
+        self.optimizers = _as_list(optimizers)
+        self.schedulers = _as_list(schedulers)
+        self.dataloader = dataloader
+        self.algorithms = list(algorithms)
+        self.callbacks = list(callbacks)
+        self.precision = precision
+        self.device = torch.device(device)
+        self.seed = seed
+        self.run_name = run_name
+        self.timestamp = Timestamp()
+        self.batch: Any = None
+        self.outputs: Any = None
+        self.loss: Any = None
+        self.microbatch: Optional[int] = None
+        self.loss_fn: Any = None
+        self._generators: dict[torch.device, torch.Generator] = {}
+
+    # -- duration -------------------------------------------------------------------------
+    @property
+    def max_duration(self) -> Time:
+        return self._max_duration
+
+    @max_duration.setter
+    def max_duration(self, value: Union[str, Time]) -> None:
+        duration = ensure_time(value, "max_duration")
+        if duration.unit is TimeUnit.DURATION:
+            raise ValueError(f"max_duration: {duration} is a fraction of a run, not a length; "
+                             f"give epochs, batches or samples, e.g. '3ep'")
+        self._max_duration = duration
+
+    @property
+    def dataloader_len(self) -> Optional[int]:
+        """Batches per epoch, or None if the dataloader has no length."""
+        try:
+            return len(self.dataloader)
+        except TypeError:
+            return None
+
+    def get_elapsed_duration(self) -> float:
+        """The fraction of ``max_duration`` done, in [0, 1]; epochs count their finished
+        batches, so the value moves every batch."""
+        max_duration, ts = self.max_duration, self.timestamp
+        done = float(ts.get(max_duration.unit))
+        if max_duration.unit is TimeUnit.EPOCH and self.dataloader_len:
+            done += ts.batch_in_epoch / self.dataloader_len
+        return min(done / max_duration.value, 1.0) if max_duration.value else 1.0
+
+    # -- batch access ---------------------------------------------------------------------
+    def batch_get_item(self, key: Union[int, str]) -> Any:
+        """``batch[key]``; dict batches answer 0 and 1 with their 'input' and 'target'."""
+        return self.batch[self._batch_key(key)]
+
+    def batch_set_item(self, key: Union[int, str], value: Any) -> None:
+        """Replace ``batch[key]``, keeping the batch's type (tuples are rebuilt)."""
+        key = self._batch_key(key)
+        if isinstance(self.batch, MutableMapping):
+            self.batch = {**self.batch, key: value}
+        elif isinstance(self.batch, (tuple, list)):
+            items = list(self.batch)
+            items[key] = value
+            self.batch = type(self.batch)(items) if isinstance(self.batch, list) else tuple(items)
+        else:
+            raise TypeError(f"cannot set item {key!r} of a batch of type {type(self.batch).__name__}; "
+                            f"batches are (input, target) tuples or dicts with 'input' and 'target'")
+
+    @property
+    def inputs(self) -> Any:
+        return self.batch_get_item(0)
+
+    @property
+    def targets(self) -> Any:
+        return self.batch_get_item(1)
+
+    def _batch_key(self, key: Union[int, str]) -> Union[int, str]:
+        if isinstance(self.batch, Mapping) and isinstance(key, int):
+            if key not in _DICT_KEYS or _DICT_KEYS[key] not in self.batch:
+                raise KeyError(f"dict batches need the keys 'input' and 'target' for algorithms that "
+                               f"change inputs or targets; this batch has {sorted(self.batch)}")
+            return _DICT_KEYS[key]
+        return key
+
+    # -- randomness -----------------------------------------------------------------------
+    def generator(self, device: Union[str, torch.device, None] = None) -> torch.Generator:
+        """A random generator on ``device`` seeded from ``seed``: draw from it for repeatable runs."""
+        device = torch.device(device) if device is not None else self.device
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        gen = self._generators.get(device)
+        if gen is None:
+            gen = self._generators[device] = torch.Generator(device=device)
+            gen.manual_seed(self.seed)
+        return gen
+
+    def generator_states(self) -> dict[str, torch.Tensor]:
+        return {str(d): g.get_state() for d, g in self._generators.items()}
+
+    def load_generator_states(self, states: dict[str, torch.Tensor]) -> None:
+        for device, gen_state in states.items():
+            self.generator(device).set_state(gen_state)

@@ -1,0 +1,194 @@
+"""The trace: a record of every event fired and every algorithm / callback call, as pandas.
+
+Rows go into plain Python lists during the run (one O(1) append per row, no pandas on the
+hot path); :attr:`Trace.events`, :attr:`Trace.invocations` and :attr:`Trace.notes` build
+DataFrames when read. The buffers survive an exception, so the trace of a run that failed
+is readable up to the failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import pandas as pd
+
+from composer_lab.core.event import Event
+
+__all__ = ["Trace", "TRACE_LEVELS", "EVENT_COLUMNS", "INVOCATION_COLUMNS", "NOTE_COLUMNS"]
+
+TRACE_LEVELS = ("all", "ran", "off")
+"""'all': every event and call, also the ``match`` calls that said no; 'ran': events and the
+calls that ran; 'off': nothing."""
+
+EVENT_COLUMNS = ("seq", "phase", "event", "epoch", "batch", "batch_in_epoch", "microbatch",
+                 "t_start", "duration")
+INVOCATION_COLUMNS = ("seq", "event", "batch", "name", "cls", "kind", "matched", "order",
+                      "exit_code", "duration", "changed", "error")
+NOTE_COLUMNS = ("seq", "epoch", "batch", "kind", "text")
+
+_EVENT_DTYPE = pd.CategoricalDtype([e.value for e in Event], ordered=False)
+_PHASE_DTYPE = pd.CategoricalDtype(["fit", "eval", "predict"])
+_KIND_DTYPE = pd.CategoricalDtype(["algorithm", "callback"])
+
+
+class Trace:
+    """What happened in a run, in order. ``level`` is one of :data:`TRACE_LEVELS`."""
+
+    def __init__(self, level: str = "all") -> None:
+        if level not in TRACE_LEVELS:
+            raise ValueError(f"trace level {level!r} is not one of {TRACE_LEVELS}: 'all' records also "
+                             f"the algorithms that did not match, 'ran' only what ran, 'off' nothing")
+        self.level = level
+        self.seq = -1
+        self._t0 = time.perf_counter()
+        self._events: list[tuple] = []
+        self._invocations: list[tuple] = []
+        self._unmatched: list[tuple] = []
+        self._notes: list[tuple] = []
+        self._labels: dict[int, tuple[Any, str]] = {}
+        self._label_counts: dict[str, int] = {}
+        self._cache: dict[str, tuple[tuple, pd.DataFrame]] = {}
+        self.meta: dict[str, Any] = {}
+        self._loaded: Optional[dict[str, pd.DataFrame]] = None
+
+    # -- recording (called by the engine) ---------------------------------------------------
+    @property
+    def recording(self) -> bool:
+        return self.level != "off"
+
+    @property
+    def records_unmatched(self) -> bool:
+        return self.level == "all"
+
+    def next_seq(self) -> int:
+        self.seq += 1
+        return self.seq
+
+    def label(self, obj: Any) -> str:
+        """A name unique to this object in this trace: the class name, then 'Name#2', 'Name#3'
+        for further instances of the same class, in the order they were first seen."""
+        entry = self._labels.get(id(obj))
+        if entry is None:
+            cls = type(obj).__name__
+            count = self._label_counts[cls] = self._label_counts.get(cls, 0) + 1
+            entry = self._labels[id(obj)] = (obj, cls if count == 1 else f"{cls}#{count}")
+        return entry[1]
+
+    def record_event(self, seq: int, event: Event, ts: Any, microbatch: Optional[int],
+                     t_start: float, t_end: float) -> None:
+        self._events.append((seq, event.phase, event.value, ts.epoch, ts.batch, ts.batch_in_epoch,
+                             microbatch, t_start - self._t0, t_end - t_start))
+
+    def record_invocation(self, seq: int, event: Event, batch: int, obj: Any, kind: str, order: int,
+                          exit_code: Optional[int], duration: float, changed: str,
+                          error: Optional[str]) -> None:
+        self._invocations.append((seq, event.value, batch, obj, kind, True, order, exit_code, duration,
+                                  changed, error))
+
+    def record_unmatched(self, seq: int, event: Event, batch: int, algorithms: list) -> None:
+        self._unmatched.append((seq, event.value, batch, algorithms))
+
+    def note(self, kind: str, text: str, timestamp: Any = None) -> None:
+        """Record something that is not an event: a setting changed from a widget, an
+        interruption, a resumed checkpoint. It is tied to the last event fired."""
+        epoch, batch = (timestamp.epoch, timestamp.batch) if timestamp is not None else (None, None)
+        self._notes.append((self.seq, epoch, batch, kind, text))
+
+    # -- reading ----------------------------------------------------------------------------
+    @property
+    def events(self) -> pd.DataFrame:
+        """One row per fired event: ``seq``, ``phase``, ``event``, ``epoch``, ``batch`` (global),
+        ``batch_in_epoch``, ``microbatch``, ``t_start`` (s since the trace began), ``duration`` (s)."""
+        return self._frame("events", self._events, self._build_events)
+
+    @property
+    def invocations(self) -> pd.DataFrame:
+        """One row per algorithm or callback call: ``seq`` (the event's), ``event``, ``batch``,
+        ``name`` (unique per instance), ``cls``, ``kind``, ``matched``, ``order`` (position after
+        the passes), ``exit_code``, ``duration`` (s), ``changed`` (comma-separated State fields
+        replaced or mutated in place), ``error``. At level 'all', algorithms whose ``match``
+        said no appear with ``matched=False``."""
+        if self._loaded is not None:
+            return self._loaded["invocations"]
+        key_rows = (len(self._invocations), len(self._unmatched))
+        cached = self._cache.get("invocations")
+        if cached is None or cached[0] != key_rows:
+            cached = self._cache["invocations"] = (key_rows, self._build_invocations())
+        return cached[1]
+
+    @property
+    def notes(self) -> pd.DataFrame:
+        """Annotations: ``seq`` of the last event before them, ``epoch``, ``batch``, ``kind``, ``text``."""
+        return self._frame("notes", self._notes, self._build_notes)
+
+    def _frame(self, key: str, rows: list, build) -> pd.DataFrame:
+        if self._loaded is not None:
+            return self._loaded[key]
+        cached = self._cache.get(key)
+        if cached is None or cached[0] != (len(rows),):
+            cached = self._cache[key] = ((len(rows),), build(rows))
+        return cached[1]
+
+    @staticmethod
+    def _build_events(rows: list) -> pd.DataFrame:
+        df = pd.DataFrame.from_records(rows, columns=list(EVENT_COLUMNS))
+        df = df.sort_values("seq", kind="stable", ignore_index=True)
+        return df.astype({"seq": "int64", "phase": _PHASE_DTYPE, "event": _EVENT_DTYPE, "epoch": "int64",
+                          "batch": "int64", "batch_in_epoch": "int64", "microbatch": "Int64",
+                          "t_start": "float64", "duration": "float64"})
+
+    def _build_invocations(self) -> pd.DataFrame:
+        # Within an event: what ran, in its order, then what did not match, in list order.
+        rows = [((seq, 0, order), seq, ev, b, self.label(obj), type(obj).__name__, kind, True, order, code, dur, ch, err)
+                for seq, ev, b, obj, kind, _, order, code, dur, ch, err in self._invocations]
+        rows += [((seq, 1, pos), seq, ev, b, self.label(a), type(a).__name__, "algorithm", False, None, None, None, "",
+                  None) for seq, ev, b, algorithms in self._unmatched for pos, a in enumerate(algorithms)]
+        rows.sort(key=lambda r: r[0])
+        df = pd.DataFrame.from_records([r[1:] for r in rows], columns=list(INVOCATION_COLUMNS))
+        names = [label for _, label in self._labels.values()]
+        return df.astype({"seq": "int64", "event": _EVENT_DTYPE, "batch": "int64",
+                          "name": pd.CategoricalDtype(names), "cls": "category", "kind": _KIND_DTYPE,
+                          "matched": "bool", "order": "Int64", "exit_code": "Int64",
+                          "duration": "float64", "changed": "string", "error": "string"})
+
+    @staticmethod
+    def _build_notes(rows: list) -> pd.DataFrame:
+        df = pd.DataFrame.from_records(rows, columns=list(NOTE_COLUMNS))
+        return df.astype({"seq": "int64", "epoch": "Int64", "batch": "Int64", "kind": "category",
+                          "text": "string"})
+
+    # -- persistence --------------------------------------------------------------------------
+    def save(self, folder: Union[str, os.PathLike]) -> Path:
+        """Write events, invocations and notes as parquet files (plus trace.json) in ``folder``."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in ("events", "invocations", "notes"):
+            getattr(self, name).to_parquet(folder / f"{name}.parquet", index=False)
+        (folder / "trace.json").write_text(json.dumps({"level": self.level, "meta": self.meta}, default=str))
+        return folder
+
+    @classmethod
+    def load(cls, folder: Union[str, os.PathLike]) -> "Trace":
+        """Read a trace written by :meth:`save`; its DataFrames equal the saved ones."""
+        folder = Path(folder)
+        missing = [n for n in ("events.parquet", "invocations.parquet", "notes.parquet", "trace.json")
+                   if not (folder / n).exists()]
+        if missing:
+            raise FileNotFoundError(f"{folder} is not a saved trace: {', '.join(missing)} missing; "
+                                    f"write one with Trace.save(folder) or Trainer(save_folder=...)")
+        info = json.loads((folder / "trace.json").read_text())
+        trace = cls(info["level"])
+        trace.meta = info.get("meta", {})
+        trace._loaded = {name: pd.read_parquet(folder / f"{name}.parquet")
+                         for name in ("events", "invocations", "notes")}
+        return trace
+
+    def __repr__(self) -> str:
+        return (f"Trace(level={self.level!r}, events={len(self._events)}, "
+                f"invocations={len(self._invocations)}, unmatched_calls="
+                f"{sum(len(r[3]) for r in self._unmatched)}, notes={len(self._notes)})")
+
