@@ -42,6 +42,7 @@ class Engine:
         self.trace = trace if isinstance(trace, Trace) else Trace(trace)
         self._passes: list[AlgorithmPass] = list(DEFAULT_PASSES)
         self._callback_events: dict[int, tuple[Callback, frozenset]] = {}
+        self._labelled: Any = None
         for p, index in _pass_specs(algorithm_passes):
             self.register_pass(p, index)
 
@@ -126,6 +127,11 @@ class Engine:
         algorithms = state.algorithms
         if not algorithms:
             return
+        if algorithms is not self._labelled:
+            # Name instances in list order ('LabelSmoothing', 'LabelSmoothing#2'), not run order.
+            for algo in algorithms:
+                trace.label(algo)
+            self._labelled = algorithms
         matched, unmatched = [], []
         for algo in algorithms:
             (matched if algo.match(event, state) else unmatched).append(algo)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, MutableMapping
 from typing import Any, Optional, Sequence, Union
 
@@ -127,6 +128,15 @@ class State:
                                f"change inputs or targets; this batch has {sorted(self.batch)}")
             return _DICT_KEYS[key]
         return key
+
+    # -- precision ------------------------------------------------------------------------
+    def precision_context(self) -> contextlib.AbstractContextManager:
+        """Autocast for ``precision`` on ``device`` ('amp_bf16', 'amp_fp16'); nothing for 'fp32'.
+        Algorithms that run extra forward passes (Selective Backprop) enter it too."""
+        dtypes = {"amp_bf16": torch.bfloat16, "amp_fp16": torch.float16}
+        if self.precision in dtypes:
+            return torch.autocast(self.device.type, dtype=dtypes[self.precision])
+        return contextlib.nullcontext()
 
     # -- randomness -----------------------------------------------------------------------
     def generator(self, device: Union[str, torch.device, None] = None) -> torch.Generator:

@@ -158,7 +158,7 @@ class Trace:
     @staticmethod
     def _build_notes(rows: list) -> pd.DataFrame:
         df = pd.DataFrame.from_records(rows, columns=list(NOTE_COLUMNS))
-        return df.astype({"seq": "int64", "epoch": "Int64", "batch": "Int64", "kind": "category",
+        return df.astype({"seq": "int64", "epoch": "Int64", "batch": "Int64", "kind": "string",
                           "text": "string"})
 
     # -- persistence --------------------------------------------------------------------------
