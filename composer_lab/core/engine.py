@@ -77,20 +77,22 @@ class Engine:
         self._passes = keep
 
     # -- ordering -----------------------------------------------------------------------------
-    def plan(self, event: Union[Event, str], algorithms: Optional[Sequence[Algorithm]] = None) -> list[Algorithm]:
+    def plan(self, event: Union[Event, str], algorithms: Optional[Sequence[Algorithm]] = None,
+             assume_matched: bool = False) -> list[Algorithm]:
         """The algorithms that would run at ``event`` now, in order; nothing is applied.
 
         ``algorithms`` defaults to ``state.algorithms``; they are asked ``match`` on the
-        current state, as ``run_event`` would."""
-        return self.plan_steps(event, algorithms)[-1][1]
+        current state, as ``run_event`` would, unless ``assume_matched`` (then all of them
+        go through the passes: the order they would run in if they all matched)."""
+        return self.plan_steps(event, algorithms, assume_matched)[-1][1]
 
-    def plan_steps(self, event: Union[Event, str],
-                   algorithms: Optional[Sequence[Algorithm]] = None) -> list[tuple[str, list[Algorithm]]]:
+    def plan_steps(self, event: Union[Event, str], algorithms: Optional[Sequence[Algorithm]] = None,
+                   assume_matched: bool = False) -> list[tuple[str, list[Algorithm]]]:
         """How the order of ``event`` comes about: ``('match', matched)`` then, for each pass,
-        its name and the order after it."""
+        its name and the order after it (``assume_matched``: as in :meth:`plan`)."""
         event = Event(event)
         algorithms = self.state.algorithms if algorithms is None else algorithms
-        order = [a for a in algorithms if a.match(event, self.state)]
+        order = list(algorithms) if assume_matched else [a for a in algorithms if a.match(event, self.state)]
         steps = [("match", order)]
         for p in self._passes:
             order = list(_checked_result(p, p(order, event)))

@@ -33,6 +33,14 @@ NOTE_COLUMNS = ("seq", "epoch", "batch", "kind", "text")
 _EVENT_DTYPE = pd.CategoricalDtype([e.value for e in Event], ordered=False)
 _PHASE_DTYPE = pd.CategoricalDtype(["fit", "eval", "predict"])
 _KIND_DTYPE = pd.CategoricalDtype(["algorithm", "callback"])
+_DTYPES = {
+    "events": {"seq": "int64", "phase": _PHASE_DTYPE, "event": _EVENT_DTYPE, "epoch": "int64", "batch": "int64",
+               "batch_in_epoch": "int64", "microbatch": "Int64", "t_start": "float64", "duration": "float64"},
+    "invocations": {"seq": "int64", "event": _EVENT_DTYPE, "batch": "int64", "cls": "category",
+                    "kind": _KIND_DTYPE, "matched": "bool", "order": "Int64", "exit_code": "Int64",
+                    "duration": "float64", "changed": "string", "error": "string"},
+    "notes": {"seq": "int64", "epoch": "Int64", "batch": "Int64", "kind": "string", "text": "string"},
+}
 
 
 class Trace:
@@ -137,9 +145,7 @@ class Trace:
     def _build_events(rows: list) -> pd.DataFrame:
         df = pd.DataFrame.from_records(rows, columns=list(EVENT_COLUMNS))
         df = df.sort_values("seq", kind="stable", ignore_index=True)
-        return df.astype({"seq": "int64", "phase": _PHASE_DTYPE, "event": _EVENT_DTYPE, "epoch": "int64",
-                          "batch": "int64", "batch_in_epoch": "int64", "microbatch": "Int64",
-                          "t_start": "float64", "duration": "float64"})
+        return df.astype(_DTYPES["events"])
 
     def _build_invocations(self) -> pd.DataFrame:
         # Within an event: what ran, in its order, then what did not match, in list order.
@@ -150,16 +156,12 @@ class Trace:
         rows.sort(key=lambda r: r[0])
         df = pd.DataFrame.from_records([r[1:] for r in rows], columns=list(INVOCATION_COLUMNS))
         names = [label for _, label in self._labels.values()]
-        return df.astype({"seq": "int64", "event": _EVENT_DTYPE, "batch": "int64",
-                          "name": pd.CategoricalDtype(names), "cls": "category", "kind": _KIND_DTYPE,
-                          "matched": "bool", "order": "Int64", "exit_code": "Int64",
-                          "duration": "float64", "changed": "string", "error": "string"})
+        return df.astype({**_DTYPES["invocations"], "name": pd.CategoricalDtype(names)})
 
     @staticmethod
     def _build_notes(rows: list) -> pd.DataFrame:
         df = pd.DataFrame.from_records(rows, columns=list(NOTE_COLUMNS))
-        return df.astype({"seq": "int64", "epoch": "Int64", "batch": "Int64", "kind": "string",
-                          "text": "string"})
+        return df.astype(_DTYPES["notes"])
 
     # -- persistence --------------------------------------------------------------------------
     def save(self, folder: Union[str, os.PathLike]) -> Path:
@@ -183,8 +185,12 @@ class Trace:
         info = json.loads((folder / "trace.json").read_text())
         trace = cls(info["level"])
         trace.meta = info.get("meta", {})
-        trace._loaded = {name: pd.read_parquet(folder / f"{name}.parquet")
-                         for name in ("events", "invocations", "notes")}
+        # Parquet keeps dtypes, except the categories of empty columns: restore them.
+        trace._loaded = {name: pd.read_parquet(folder / f"{name}.parquet").astype(dtypes)
+                         for name, dtypes in _DTYPES.items()}
+        invocations = trace._loaded["invocations"]
+        if not isinstance(invocations["name"].dtype, pd.CategoricalDtype):
+            invocations["name"] = invocations["name"].astype("category")
         return trace
 
     def __repr__(self) -> str:

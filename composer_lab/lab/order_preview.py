@@ -1,0 +1,172 @@
+"""The order preview: per event, the order the enabled algorithms would run in, and what moved.
+
+An algorithm's ``match`` depends on the state (Selective Backprop only matches inside its
+``[start, end)`` interval), so the preview asks ``match`` on copies of the state placed at
+points spread over the whole run: an algorithm is listed at every event it matches at some
+point of the run, and the engine's passes order those lists (``engine.plan(...,
+assume_matched=True)``). Algorithms that would not match at the current batch are drawn dashed.
+"""
+
+from __future__ import annotations
+
+import copy
+import html
+import math
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+import ipywidgets as widgets
+
+from composer_lab.core.algorithm import Algorithm
+from composer_lab.core.engine import Engine
+from composer_lab.core.event import Event
+from composer_lab.core.state import State
+from composer_lab.core.time import Timestamp, TimeUnit
+from composer_lab.lab.control import Control
+
+__all__ = ["OrderPreview", "OrderChange", "preview_orders", "possible_events", "order_changes"]
+
+_PROBE_POINTS = 64
+_ALL = "all events"
+
+
+def _total_batches(state: State) -> Optional[int]:
+    """The run's length in batches, when it can be known from max_duration and the dataloader."""
+    duration, per_epoch = state.max_duration, state.dataloader_len
+    if duration.unit is TimeUnit.BATCH:
+        return duration.value
+    if duration.unit is TimeUnit.EPOCH and per_epoch:
+        return duration.value * per_epoch
+    batch_size = getattr(state.dataloader, "batch_size", None)
+    if duration.unit is TimeUnit.SAMPLE and batch_size:
+        return math.ceil(duration.value / batch_size)
+    return None
+
+
+def _probe_states(state: State) -> list[State]:
+    """The state itself and shallow copies of it placed at batches spread over the run (in
+    pairs of neighbours, so alternating rules such as SB's ``interrupt`` show both sides)."""
+    total = _total_batches(state)
+    if not total:
+        return [state]
+    per_epoch = state.dataloader_len or total
+    batch_size = getattr(state.dataloader, "batch_size", None) or 0
+    starts = {round(i * (total - 1) / max(_PROBE_POINTS - 1, 1)) for i in range(_PROBE_POINTS)}
+    batches = sorted({b + k for b in starts for k in (0, 1) if b + k < total})
+    probes = [state]
+    for b in batches:
+        probe = copy.copy(state)
+        probe.timestamp = Timestamp(epoch=b // per_epoch, batch=b, sample=b * batch_size,
+                                    batch_in_epoch=b % per_epoch, sample_in_epoch=(b % per_epoch) * batch_size)
+        probes.append(probe)
+    return probes
+
+
+def _matches(algorithm: Algorithm, event: Event, state: State) -> bool:
+    try:
+        return bool(algorithm.match(event, state))
+    except Exception:  # a probe state lacks a batch or outputs: the algorithm cannot run there
+        return False
+
+
+def possible_events(algorithm: Algorithm, state: State, probes: Optional[Sequence[State]] = None) -> list[Event]:
+    """The events ``algorithm`` matches at some point of the run (in loop order)."""
+    probes = _probe_states(state) if probes is None else probes
+    return [e for e in Event if any(_matches(algorithm, e, s) for s in probes)]
+
+
+def preview_orders(engine: Engine, algorithms: Sequence[Algorithm]) -> dict[Event, list[Algorithm]]:
+    """For each event some of ``algorithms`` can run at, the order the engine's current
+    passes give them (events in loop order; events no algorithm runs at are left out)."""
+    probes = _probe_states(engine.state)
+    events_of = [(a, set(possible_events(a, engine.state, probes))) for a in algorithms]
+    orders = {}
+    for event in Event:
+        candidates = [a for a, events in events_of if event in events]
+        if candidates:
+            orders[event] = engine.plan(event, candidates, assume_matched=True)
+    return orders
+
+
+@dataclass
+class OrderChange:
+    """How an event's order differs from the one shown before."""
+
+    moved: list[str] = field(default_factory=list)
+    added: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.moved or self.added or self.removed)
+
+
+def order_changes(previous: Sequence[str], current: Sequence[str]) -> OrderChange:
+    """Which names appeared, vanished, or changed place relative to the others kept."""
+    kept_before = [n for n in previous if n in current]
+    kept_now = [n for n in current if n in previous]
+    return OrderChange(moved=[n for i, n in enumerate(kept_now) if kept_before[i] != n],
+                       added=[n for n in current if n not in previous],
+                       removed=[n for n in previous if n not in current])
+
+
+_CHIP = ("display:inline-block;margin:1px 3px;padding:0 6px;border-radius:8px;"
+         "border:1px {border} #888;background:{bg};{extra}")
+
+
+def _chip(name: str, change: OrderChange, now: bool) -> str:
+    bg = "#ffd27f" if name in change.moved else "#b6f0b6" if name in change.added else "#eef"
+    return (f'<span class="cl-chip" style="{_CHIP.format(border="solid" if now else "dashed", bg=bg, extra="")}">'
+            f"{html.escape(name)}</span>")
+
+
+def _removed_chip(name: str) -> str:
+    style = _CHIP.format(border="solid", bg="#f6c0c0", extra="text-decoration:line-through;")
+    return f'<span class="cl-chip cl-removed" style="{style}">{html.escape(name)}</span>'
+
+
+class OrderPreview(widgets.VBox):
+    """Per event, the enabled algorithms in the order they would run; redrawn on every change
+    made through the :class:`Control`, with moved (orange), new (green) and vanished
+    (struck through) algorithms marked against the previous drawing.
+
+    ``orders`` maps event names to the names in order; ``changes`` to the last
+    :class:`OrderChange` of each event.
+    """
+
+    def __init__(self, control: Control, event: Optional[str] = None) -> None:
+        self.control = control
+        self.orders: dict[str, list[str]] = {}
+        self.changes: dict[str, OrderChange] = {}
+        self.event = widgets.Dropdown(options=[_ALL] + [e.value for e in Event], value=event or _ALL,
+                                      description="event")
+        self.table = widgets.HTML()
+        self.table.add_class("cl-order-preview")
+        super().__init__([widgets.HTML("<b>Order preview</b>"), self.event, self.table])
+        self.event.observe(lambda _: self._draw(), names="value")
+        control.on_change(lambda _: self.refresh())
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Recompute the orders from the engine and redraw, marking differences."""
+        names = {id(a): n for a, n in zip(self.control.algorithms, self.control.names)}
+        enabled = self.control.enabled_algorithms
+        orders = {e.value: [names[id(a)] for a in algos]
+                  for e, algos in preview_orders(self.control.engine, enabled).items()}
+        self.changes = {e: order_changes(self.orders.get(e, []), orders.get(e, []))
+                        for e in {**self.orders, **orders}} if self.orders else {}
+        self.orders = orders
+        self._now = {e: {names[id(a)] for a in self.control.engine.plan(e, enabled)} for e in orders}
+        self._draw()
+
+    def _draw(self) -> None:
+        shown = [e.value for e in Event if (e.value in self.orders or self.changes.get(e.value))
+                 and self.event.value in (_ALL, e.value)]
+        rows = []
+        for e in shown:
+            change = self.changes.get(e, OrderChange())
+            chips = "".join(_chip(n, change, n in self._now.get(e, ())) for n in self.orders.get(e, []))
+            chips += "".join(_removed_chip(n) for n in change.removed)
+            rows.append(f"<tr><td style='padding-right:8px'><code>{e}</code></td><td>{chips or '-'}</td></tr>")
+        body = "".join(rows) or "<tr><td>no enabled algorithm runs at this event</td></tr>"
+        self.table.value = (f"<table>{body}</table><small>orange: moved, green: new, struck: gone; "
+                            f"dashed: would not run at the current batch</small>")

@@ -1,0 +1,46 @@
+"""The one calling convention the loop uses: ``forward(model, batch)`` and ``loss(model, outputs, batch)``.
+
+A model is either a plain ``nn.Module`` plus a ``loss_fn(outputs, targets)``, or a module with
+its own ``forward(batch)`` and ``loss(outputs, batch)``. The adapter looks the model up at call
+time (``state.model``), so model surgery that replaces it is seen at the next step.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import torch
+
+from composer_lab.trainer.batching import batch_inputs, batch_targets
+
+__all__ = ["ModelAdapter"]
+
+
+class ModelAdapter:
+    """Calls ``model`` the way its form needs; ``loss_fn`` None means the model has ``loss``."""
+
+    def __init__(self, model: Any, loss_fn: Optional[Callable[..., torch.Tensor]]) -> None:
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}; wrap your "
+                            f"network in an nn.Module (with forward(batch) and loss(outputs, batch) if "
+                            f"it computes its own loss)")
+        if loss_fn is not None and not callable(loss_fn):
+            raise TypeError(f"loss_fn must be a callable (outputs, targets) -> loss such as "
+                            f"torch.nn.functional.cross_entropy, got {type(loss_fn).__name__}")
+        if loss_fn is None and not callable(getattr(model, "loss", None)):
+            raise ValueError(f"the model {type(model).__name__} has no loss: pass loss_fn (e.g. "
+                             f"loss_fn=torch.nn.functional.cross_entropy), or give the model a method "
+                             f"loss(outputs, batch) and a forward(batch)")
+        self.loss_fn = loss_fn
+
+    def forward(self, model: torch.nn.Module, batch: Any) -> Any:
+        """The model's outputs for ``batch``."""
+        if self.loss_fn is None:
+            return model(batch)
+        return model(batch_inputs(batch))
+
+    def loss(self, model: torch.nn.Module, outputs: Any, batch: Any) -> torch.Tensor:
+        """The (mean-reduced) training loss of ``outputs`` on ``batch``."""
+        if self.loss_fn is None:
+            return model.loss(outputs, batch)
+        return self.loss_fn(outputs, batch_targets(batch))

@@ -1,0 +1,60 @@
+"""Evaluation metrics: the mean eval loss, and accuracy through torchmetrics for classifiers.
+
+Values stay tensors on the device (no host sync per eval batch); the logger converts them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+from torchmetrics.classification import MulticlassAccuracy
+
+__all__ = ["EvalMetrics"]
+
+
+class EvalMetrics:
+    """Accumulates one evaluation: ``update`` per batch, ``compute`` at the end, ``reset``.
+
+    Accuracy (``metrics/eval/Accuracy``, micro-averaged MulticlassAccuracy) is tracked when the
+    outputs are ``(N, C)`` scores and the targets ``N`` class indices; other outputs get the
+    loss only.
+    """
+
+    def __init__(self) -> None:
+        self.accuracy: Optional[MulticlassAccuracy] = None
+        self._loss_sum: Optional[torch.Tensor] = None
+        self._count = 0
+
+    def reset(self) -> None:
+        self._loss_sum, self._count = None, 0
+        if self.accuracy is not None:
+            self.accuracy.reset()
+
+    def update(self, outputs: Any, targets: Any, loss: Optional[torch.Tensor], n: int) -> None:
+        """Add a batch of ``n`` examples whose mean loss is ``loss``."""
+        if loss is not None:
+            weighted = loss.detach().float() * n
+            self._loss_sum = weighted if self._loss_sum is None else self._loss_sum + weighted
+            self._count += n
+        if _is_classification(outputs, targets):
+            if self.accuracy is None:
+                self.accuracy = MulticlassAccuracy(num_classes=outputs.shape[-1], average="micro")
+            if self.accuracy.device != outputs.device:
+                self.accuracy = self.accuracy.to(outputs.device)
+            self.accuracy.update(outputs.detach(), targets)
+
+    def compute(self) -> dict[str, torch.Tensor]:
+        """``{'loss/eval': ..., 'metrics/eval/Accuracy': ...}`` for what was seen."""
+        out = {}
+        if self._count:
+            out["loss/eval"] = self._loss_sum / self._count
+        if self.accuracy is not None and self.accuracy.update_count:
+            out["metrics/eval/Accuracy"] = self.accuracy.compute()
+        return out
+
+
+def _is_classification(outputs: Any, targets: Any) -> bool:
+    return (isinstance(outputs, torch.Tensor) and isinstance(targets, torch.Tensor)
+            and outputs.dim() == 2 and targets.dim() == 1 and outputs.is_floating_point()
+            and not targets.is_floating_point() and outputs.shape[0] == targets.shape[0])

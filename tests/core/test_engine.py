@@ -1,0 +1,160 @@
+"""The engine: match, passes, apply, callbacks, plan, and pass registration."""
+
+import pytest
+
+from composer_lab.core import Callback, Engine, Event, set_filo_order, sort_to_back
+
+from .helpers import FakeSelectiveBackprop, Recorder
+
+ALL = list(Event)
+
+
+class LogCallback(Callback):
+    def __init__(self, log):
+        self.log = log
+
+    def init(self, state, logger):
+        self.log.append("cb:init")
+
+    def after_loss(self, state, logger):
+        self.log.append("cb:after_loss")
+
+
+def test_algorithms_apply_in_pass_order_then_callbacks(state):
+    log = []
+    state.algorithms = [Recorder("A", ALL, log), Recorder("B", ALL, log)]
+    state.callbacks = [LogCallback(log)]
+    engine = Engine(state)
+    engine.run_event(Event.BEFORE_LOSS)
+    engine.run_event(Event.AFTER_LOSS)
+    assert log == ["A", "B", "B", "A", "cb:after_loss"]
+
+
+def test_callbacks_run_first_on_init(state):
+    log = []
+    state.algorithms = [Recorder("A", [Event.INIT], log)]
+    state.callbacks = [LogCallback(log)]
+    Engine(state).run_event(Event.INIT)
+    assert log == ["cb:init", "A"]
+
+
+def test_callback_methods_and_run_event_dispatch(state):
+    log = []
+    cb = LogCallback(log)
+    cb.after_loss(state, None)
+    cb.run_event(Event.AFTER_LOSS, state, None)
+    cb.run_event(Event.BATCH_END, state, None)  # not overridden: a no-op
+    assert log == ["cb:after_loss", "cb:after_loss"]
+    assert cb.events() == {Event.INIT, Event.AFTER_LOSS}
+
+
+def test_string_events_are_accepted(state):
+    log = []
+    state.algorithms = [Recorder("A", [Event.AFTER_LOSS], log)]
+    Engine(state).run_event("after_loss")
+    assert log == ["A"]
+
+
+def last(algorithms, event):
+    return sort_to_back(algorithms, lambda a: a.name == "A")
+
+
+def first(algorithms, event):
+    return sorted(algorithms, key=lambda a: a.name != "C")
+
+
+@pytest.mark.parametrize("spec, expected", [
+    (None, 4),
+    (last, 5),
+    ([last], 5),
+    ((last, 0), 5),
+    ([(last, 0), first], 6),
+])
+def test_algorithm_passes_forms(state, spec, expected):
+    engine = Engine(state, algorithm_passes=spec)
+    assert len(engine.passes) == expected
+    if isinstance(spec, tuple):
+        assert engine.passes[0] is last
+    if isinstance(spec, list) and len(spec) == 2:
+        assert engine.passes[0] is last and engine.passes[-1] is first
+
+
+def test_bad_pass_specs_are_type_errors(state):
+    with pytest.raises(TypeError, match="algorithm_passes"):
+        Engine(state, algorithm_passes=[("not a pass", 1)])
+    with pytest.raises(TypeError, match="is a function"):
+        Engine(state).register_pass("nope")
+
+
+def test_a_pass_returning_none_is_named_in_the_error(state):
+    def broken(algorithms, event):
+        algorithms.sort(key=str)
+
+    log = []
+    state.algorithms = [Recorder("A", ALL, log)]
+    engine = Engine(state, algorithm_passes=broken)
+    with pytest.raises(TypeError, match="broken returned NoneType"):
+        engine.run_event(Event.BATCH_START)
+
+
+def test_pass_change_between_events_holds_from_the_next_event(state):
+    log = []
+    state.algorithms = [Recorder("A", ALL, log), Recorder("B", ALL, log), Recorder("C", ALL, log)]
+    engine = Engine(state)
+    engine.run_event(Event.BATCH_START)
+    engine.register_pass(last)
+    engine.run_event(Event.BATCH_START)
+    engine.register_pass(first, index=0)  # runs before `last`: C first, then A moved last
+    engine.run_event(Event.BATCH_START)
+    engine.remove_pass("last")
+    engine.remove_pass(first)
+    engine.run_event(Event.BATCH_START)
+    assert log == list("ABC") + list("BCA") + list("CBA") + list("ABC")
+    with pytest.raises(ValueError, match="no pass"):
+        engine.remove_pass("last")
+
+
+def test_passes_setter_replaces_the_list(state):
+    log = []
+    state.algorithms = [Recorder("A", ALL, log), Recorder("B", ALL, log)]
+    engine = Engine(state)
+    engine.passes = []
+    engine.run_event(Event.AFTER_LOSS)  # no FILO any more
+    engine.passes = [set_filo_order]
+    engine.run_event(Event.AFTER_LOSS)
+    assert log == ["A", "B", "B", "A"]
+
+
+@pytest.mark.parametrize("event", ALL)
+def test_plan_equals_what_run_event_does(state, event):
+    log = []
+    state.algorithms = [Recorder("A", ALL, log), FakeSelectiveBackprop("SB", [Event.AFTER_DATALOADER, Event.INIT], log),
+                        Recorder("B", [Event.AFTER_LOSS, Event.BEFORE_LOSS, Event.INIT], log),
+                        Recorder("C", ALL, log)]
+    engine = Engine(state, algorithm_passes=last)
+    planned = [a.name for a in engine.plan(event)]
+    assert log == []  # plan applies nothing
+    engine.run_event(event)
+    assert planned == log
+
+
+def test_plan_steps_show_each_pass(state):
+    log = []
+    state.algorithms = [Recorder("A", ALL, log), FakeSelectiveBackprop("SB", ALL, log), Recorder("B", ALL, log)]
+    steps = Engine(state).plan_steps(Event.AFTER_DATALOADER)
+    names = [(name, [a.name for a in order]) for name, order in steps]
+    assert names == [("match", ["A", "SB", "B"]), ("set_filo_order", ["B", "SB", "A"]),
+                     ("sort_selective_backprop_first", ["SB", "B", "A"]),
+                     ("sort_fused_layernorm_last", ["SB", "B", "A"]),
+                     ("warn_if_multiple_loss_interpolation", ["SB", "B", "A"])]
+
+
+def test_algorithms_list_swap_takes_effect_at_the_next_event(state):
+    log = []
+    a, b = Recorder("A", ALL, log), Recorder("B", ALL, log)
+    state.algorithms = [a, b]
+    engine = Engine(state)
+    engine.run_event(Event.BATCH_START)
+    state.algorithms = [b]
+    engine.run_event(Event.BATCH_START)
+    assert log == ["A", "B", "B"]

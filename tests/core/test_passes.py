@@ -1,0 +1,90 @@
+"""The passes, alone and as the engine composes them by default."""
+
+import warnings
+
+import pytest
+
+from composer_lab.core import (DEFAULT_PASSES, Engine, Event, set_filo_order, sort_fused_layernorm_last,
+                               sort_selective_backprop_first, sort_to_back, sort_to_front,
+                               warn_if_multiple_loss_interpolation)
+from composer_lab.core.passes import is_filo_reversed
+
+from .helpers import FakeFusedLayerNorm, FakeMixUp, FakeSelectiveBackprop, Recorder
+
+ALL = list(Event)
+
+
+def test_sort_to_front_and_back_seed_examples():
+    assert sort_to_front([1, "b", 3], str) == ["b", 1, 3]
+    assert sort_to_back([1, "b", 3], str) == [1, 3, "b"]
+    assert sort_to_front([1, "a", 2, "b"], str) == ["a", "b", 1, 2]  # stable on both sides
+    assert sort_to_back(["a", 1, "b", 2], str) == [1, 2, "a", "b"]
+
+
+@pytest.mark.parametrize("before, after", [
+    (Event.BEFORE_LOSS, Event.AFTER_LOSS), (Event.BEFORE_FORWARD, Event.AFTER_FORWARD),
+    (Event.BEFORE_BACKWARD, Event.AFTER_BACKWARD), (Event.BEFORE_DATALOADER, Event.AFTER_DATALOADER),
+    (Event.BEFORE_TRAIN_BATCH, Event.AFTER_TRAIN_BATCH), (Event.BEFORE_LOAD, Event.AFTER_LOAD),
+    (Event.EVAL_BEFORE_FORWARD, Event.EVAL_AFTER_FORWARD), (Event.EVAL_BEFORE_ALL, Event.EVAL_AFTER_ALL),
+    (Event.PREDICT_BEFORE_FORWARD, Event.PREDICT_AFTER_FORWARD),
+])
+def test_filo_reverses_after_events_only(before, after):
+    algos = ["A", "B", "C", "D"]
+    assert set_filo_order(algos, before) == ["A", "B", "C", "D"]
+    assert set_filo_order(algos, after) == ["D", "C", "B", "A"]
+
+
+@pytest.mark.parametrize("event", [e for e in Event if e.value.endswith(("_start", "_end"))])
+def test_filo_leaves_start_and_end_events_alone(event):
+    assert set_filo_order(["A", "B", "C"], event) == ["A", "B", "C"]
+
+
+def test_filo_reversed_events_are_exactly_the_after_events():
+    assert {e for e in ALL if is_filo_reversed(e)} == {e for e in ALL if "after_" in e.value}
+
+
+def test_selective_backprop_first_and_fused_layernorm_last():
+    log = []
+    a, sb, b = Recorder("A", ALL, log), FakeSelectiveBackprop("SB", ALL, log), Recorder("B", ALL, log)
+    fln, c = FakeFusedLayerNorm("FLN", ALL, log), Recorder("C", ALL, log)
+    assert sort_selective_backprop_first([a, sb, b], Event.INIT) == [sb, a, b]
+    assert sort_fused_layernorm_last([fln, a, c], Event.INIT) == [a, c, fln]
+
+
+def test_warns_when_two_loss_interpolating_algorithms_run():
+    log = []
+    mix1, mix2, a = FakeMixUp("M1", ALL, log), FakeMixUp("M2", ALL, log), Recorder("A", ALL, log)
+    with pytest.warns(UserWarning, match="interpolate the loss"):
+        assert warn_if_multiple_loss_interpolation([mix1, a, mix2], Event.BEFORE_FORWARD) == [mix1, a, mix2]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warn_if_multiple_loss_interpolation([mix1, a], Event.BEFORE_FORWARD)
+
+
+def test_default_pass_order():
+    assert [p.__name__ for p in DEFAULT_PASSES] == [
+        "set_filo_order", "sort_selective_backprop_first", "sort_fused_layernorm_last",
+        "warn_if_multiple_loss_interpolation"]
+
+
+@pytest.mark.parametrize("event", [Event.AFTER_DATALOADER, Event.INIT])
+def test_selective_backprop_runs_first_under_the_default_passes(state, event):
+    """Composer's defect: SB sorted first, then FILO-reversed to last on AFTER_DATALOADER."""
+    log = []
+    state.algorithms = [Recorder("A", [event], log), FakeSelectiveBackprop("SB", [event], log),
+                        Recorder("B", [event], log)]
+    engine = Engine(state)
+    engine.run_event(event)
+    assert log[0] == "SB"
+    expected_rest = ["B", "A"] if is_filo_reversed(event) else ["A", "B"]
+    assert log[1:] == expected_rest
+
+
+def test_composer_pass_order_reproduces_the_defect(state):
+    """With Composer's order (SB-first before FILO), SB would end up last: why ours differs."""
+    log = []
+    state.algorithms = [Recorder("A", ALL, log), FakeSelectiveBackprop("SB", ALL, log), Recorder("B", ALL, log)]
+    engine = Engine(state)
+    engine.passes = [sort_selective_backprop_first, sort_fused_layernorm_last, set_filo_order]
+    engine.run_event(Event.AFTER_DATALOADER)
+    assert log == ["B", "A", "SB"]

@@ -1,0 +1,172 @@
+"""The trace: rows, dtypes, instance identity, levels, errors, changed fields, save / load."""
+
+import pandas as pd
+import pytest
+import torch
+
+from composer_lab.core import Algorithm, Callback, Engine, Event, Trace
+from composer_lab.core.trace import EVENT_COLUMNS, INVOCATION_COLUMNS
+
+from .helpers import Recorder
+
+ALL = list(Event)
+
+
+class Smooth(Algorithm):
+    """Replaces the targets with a new tensor at BEFORE_LOSS (as LabelSmoothing does)."""
+
+    def match(self, event, state):
+        return event == Event.BEFORE_LOSS
+
+    def apply(self, event, state, logger):
+        state.batch_set_item(1, state.targets.float() * 0.9)
+        return 7
+
+
+class ScaleLossInPlace(Algorithm):
+    def match(self, event, state):
+        return event == Event.AFTER_LOSS
+
+    def apply(self, event, state, logger):
+        state.loss.mul_(2)
+
+
+class Freeze(Algorithm):
+    def match(self, event, state):
+        return event == Event.BATCH_END
+
+    def apply(self, event, state, logger):
+        state.model.weight.requires_grad_(False)
+
+
+class Explode(Algorithm):
+    def match(self, event, state):
+        return event == Event.AFTER_FORWARD
+
+    def apply(self, event, state, logger):
+        state.outputs = None
+        raise RuntimeError("boom")
+
+
+def run(state, events, level="all"):
+    engine = Engine(state, trace=level)
+    for e in events:
+        engine.run_event(e)
+    return engine.trace
+
+
+def test_event_rows_and_dtypes(state):
+    state.microbatch = 1
+    trace = run(state, [Event.BEFORE_FORWARD, Event.AFTER_FORWARD, Event.EVAL_START])
+    ev = trace.events
+    assert tuple(ev.columns) == EVENT_COLUMNS
+    assert list(ev.seq) == [0, 1, 2]
+    assert list(ev.event) == ["before_forward", "after_forward", "eval_start"]
+    assert list(ev.phase) == ["fit", "fit", "eval"]
+    assert list(ev.microbatch) == [1, 1, 1]
+    assert isinstance(ev.event.dtype, pd.CategoricalDtype) and len(ev.event.cat.categories) == 37
+    assert str(ev.microbatch.dtype) == "Int64" and ev.duration.dtype == "float64"
+    assert (ev.duration >= 0).all() and ev.t_start.is_monotonic_increasing
+
+
+def test_two_instances_of_one_class_are_two_rows(state):
+    state.algorithms = [Smooth(), Smooth()]
+    inv = run(state, [Event.BEFORE_LOSS]).invocations
+    assert tuple(inv.columns) == INVOCATION_COLUMNS
+    assert list(inv.name) == ["Smooth", "Smooth#2"] and list(inv.cls) == ["Smooth", "Smooth"]
+    assert list(inv.order) == [0, 1] and list(inv.exit_code) == [7, 7]
+    assert isinstance(inv.name.dtype, pd.CategoricalDtype) and str(inv.order.dtype) == "Int64"
+
+
+def test_instances_are_named_in_list_order_even_when_run_reversed(state):
+    a, b = Recorder("a", ALL, []), Recorder("b", ALL, [])
+    state.algorithms = [a, b]
+    inv = run(state, [Event.AFTER_LOSS]).invocations
+    assert list(inv.name) == ["Recorder#2", "Recorder"]  # FILO: b ran first
+
+
+def test_changed_names_replaced_and_in_place_fields(state):
+    state.loss = torch.tensor(1.0)
+    state.algorithms = [Smooth(), ScaleLossInPlace(), Freeze(), Recorder("noop", [Event.BATCH_END], [])]
+    inv = run(state, [Event.BEFORE_LOSS, Event.AFTER_LOSS, Event.BATCH_END]).invocations
+    ran = inv[inv.matched].set_index("name").changed.to_dict()
+    assert ran == {"Smooth": "batch", "ScaleLossInPlace": "loss", "Freeze": "model", "Recorder": ""}
+
+
+def test_level_all_records_match_calls_that_said_no(state):
+    state.algorithms = [Smooth(), Recorder("r", [Event.INIT], [])]
+    inv = run(state, [Event.BEFORE_LOSS, Event.INIT]).invocations
+    assert list(zip(inv.seq, inv.name, inv.matched)) == [
+        (0, "Smooth", True), (0, "Recorder", False), (1, "Recorder", True), (1, "Smooth", False)]
+    assert inv[~inv.matched].order.isna().all()
+
+
+def test_level_ran_and_off(state):
+    state.algorithms = [Smooth(), Recorder("r", [Event.INIT], [])]
+    ran = run(state, [Event.BEFORE_LOSS, Event.INIT], level="ran")
+    assert list(ran.invocations.name) == ["Smooth", "Recorder"] and ran.invocations.matched.all()
+    off = run(state, [Event.BEFORE_LOSS, Event.INIT], level="off")
+    assert off.events.empty and off.invocations.empty
+
+
+def test_bad_level_is_a_value_error():
+    with pytest.raises(ValueError, match="'all'"):
+        Trace("everything")
+
+
+def test_raising_apply_is_recorded_and_the_trace_stays_readable(state):
+    state.algorithms = [Explode()]
+    state.outputs = torch.zeros(3, 2)
+    engine = Engine(state)
+    engine.run_event(Event.BEFORE_FORWARD)
+    with pytest.raises(RuntimeError, match="boom"):
+        engine.run_event(Event.AFTER_FORWARD)
+    inv = engine.trace.invocations
+    row = inv[inv.matched].iloc[-1]
+    assert row.error == "RuntimeError: boom" and row.changed == "outputs" and pd.isna(row.exit_code)
+    assert list(engine.trace.events.event) == ["before_forward", "after_forward"]
+
+
+def test_callbacks_are_recorded_on_their_events_only(state):
+    class OnLoss(Callback):
+        def after_loss(self, state, logger):
+            pass
+
+    state.callbacks = [OnLoss()]
+    inv = run(state, [Event.BEFORE_LOSS, Event.AFTER_LOSS]).invocations
+    assert list(zip(inv.event, inv.name, inv.kind)) == [("after_loss", "OnLoss", "callback")]
+
+
+def test_notes_are_tied_to_the_last_event(state):
+    engine = Engine(state)
+    engine.run_event(Event.BATCH_START)
+    engine.trace.note("setting", "switched MixUp off", state.timestamp)
+    notes = engine.trace.notes
+    assert list(zip(notes.seq, notes.kind, notes.text)) == [(0, "setting", "switched MixUp off")]
+
+
+def test_save_load_round_trip(state, tmp_path):
+    state.algorithms = [Smooth(), Smooth(), Explode()]
+    engine = Engine(state)
+    engine.run_event(Event.BEFORE_LOSS)
+    with pytest.raises(RuntimeError):
+        engine.run_event(Event.AFTER_FORWARD)
+    engine.trace.note("setting", "x", state.timestamp)
+    engine.trace.save(tmp_path / "t")
+    loaded = Trace.load(tmp_path / "t")
+    for name in ("events", "invocations", "notes"):
+        pd.testing.assert_frame_equal(getattr(loaded, name), getattr(engine.trace, name))
+
+
+def test_loading_a_folder_that_is_not_a_trace_names_what_is_missing(tmp_path):
+    with pytest.raises(FileNotFoundError, match="events.parquet"):
+        Trace.load(tmp_path)
+
+
+def test_frames_are_rebuilt_only_after_new_rows(state):
+    engine = Engine(state)
+    engine.run_event(Event.BATCH_START)
+    first = engine.trace.events
+    assert engine.trace.events is first
+    engine.run_event(Event.BATCH_END)
+    assert len(engine.trace.events) == 2
