@@ -7,7 +7,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 
 from composer_lab.core.algorithm import Algorithm
 from composer_lab.core.callback import Callback
-from composer_lab.core.changes import changed_fields, snapshot
+from composer_lab.core.changes import FieldWatcher
 from composer_lab.core.event import Event
 from composer_lab.core.logger import Logger
 from composer_lab.core.passes import DEFAULT_PASSES, AlgorithmPass
@@ -43,6 +43,7 @@ class Engine:
         self._passes: list[AlgorithmPass] = list(DEFAULT_PASSES)
         self._callback_events: dict[int, tuple[Callback, frozenset]] = {}
         self._labelled: Any = None
+        self._watcher = FieldWatcher(state)
         for p, index in _pass_specs(algorithm_passes):
             self.register_pass(p, index)
 
@@ -140,13 +141,12 @@ class Engine:
         if unmatched and trace.records_unmatched:
             trace.record_unmatched(seq, event, state.timestamp.batch, unmatched)
         if matched:
-            for order, algo in enumerate(self._order(matched, event)):
-                self._invoke(algo, "algorithm", order, event, seq, algo.apply)
+            self._invoke_all([(a, a.apply) for a in self._order(matched, event)], "algorithm", event, seq)
 
     def _run_callbacks(self, event: Event, seq: int) -> None:
-        for order, cb in enumerate(self.state.callbacks):
-            if event in self._events_of(cb):
-                self._invoke(cb, "callback", order, event, seq, cb.run_event)
+        calls = [(cb, cb.run_event) for cb in self.state.callbacks if event in self._events_of(cb)]
+        if calls:
+            self._invoke_all(calls, "callback", event, seq)
 
     def _events_of(self, cb: Callback) -> frozenset:
         entry = self._callback_events.get(id(cb))
@@ -154,24 +154,28 @@ class Engine:
             entry = self._callback_events[id(cb)] = (cb, cb.events())
         return entry[1]
 
-    def _invoke(self, obj: Any, kind: str, order: int, event: Event, seq: int,
-                call: Callable[[Event, State, Logger], Optional[int]]) -> None:
-        state, trace = self.state, self.trace
+    def _invoke_all(self, calls: list, kind: str, event: Event, seq: int) -> None:
+        """Run ``calls`` in order; with the trace on, record each with its duration, exit code,
+        error and the State fields it changed (each call's 'after' is the next one's 'before')."""
+        state, trace, logger = self.state, self.trace, self.logger
         if not trace.recording:
-            call(event, state, self.logger)
+            for _, call in calls:
+                call(event, state, logger)
             return
-        before = snapshot(state)
-        batch = state.timestamp.batch
-        t0 = _now()
-        try:
-            exit_code = call(event, state, self.logger)
-        except BaseException as err:
-            trace.record_invocation(seq, event, batch, obj, kind, order, None, _now() - t0,
-                                    changed_fields(before, state), f"{type(err).__name__}: {err}")
-            raise
-        duration = _now() - t0
-        trace.record_invocation(seq, event, batch, obj, kind, order, exit_code, duration,
-                                changed_fields(before, state), None)
+        watcher, batch = self._watcher, state.timestamp.batch
+        before = watcher.snapshot()
+        for order, (obj, call) in enumerate(calls):
+            t0 = _now()
+            try:
+                exit_code = call(event, state, logger)
+            except BaseException as err:
+                changed, _ = watcher.changed(before)
+                trace.record_invocation(seq, event, batch, obj, kind, order, None, _now() - t0, changed,
+                                        f"{type(err).__name__}: {err}")
+                raise
+            duration = _now() - t0
+            changed, before = watcher.changed(before)
+            trace.record_invocation(seq, event, batch, obj, kind, order, exit_code, duration, changed, None)
 
     def close(self) -> None:
         """Close every callback (flush files, end progress bars)."""

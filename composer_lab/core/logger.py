@@ -43,6 +43,12 @@ class Logger:
                                      f"(e.g. value.mean())")
             self._rows.append((batch, epoch, phase, name, value))
 
+    def load_metrics(self, frame: pd.DataFrame) -> None:
+        """Append rows read from another logger's :attr:`metrics` (a resumed checkpoint's)."""
+        columns = list(METRIC_COLUMNS)
+        rows = frame[columns].astype(object).itertuples(index=False, name=None)
+        self._rows.extend((int(b), int(e), str(p), str(n), float(v)) for b, e, p, n, v in rows)
+
     @property
     def metrics(self) -> pd.DataFrame:
         """A tidy DataFrame: ``batch``, ``epoch``, ``phase``, ``name``, ``value`` (float)."""

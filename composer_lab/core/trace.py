@@ -170,7 +170,8 @@ class Trace:
         folder.mkdir(parents=True, exist_ok=True)
         for name in ("events", "invocations", "notes"):
             getattr(self, name).to_parquet(folder / f"{name}.parquet", index=False)
-        (folder / "trace.json").write_text(json.dumps({"level": self.level, "meta": self.meta}, default=str))
+        info = {"level": self.level, "meta": self.meta, "names": list(self.invocations["name"].cat.categories)}
+        (folder / "trace.json").write_text(json.dumps(info, default=str))
         return folder
 
     @classmethod
@@ -189,8 +190,7 @@ class Trace:
         trace._loaded = {name: pd.read_parquet(folder / f"{name}.parquet").astype(dtypes)
                          for name, dtypes in _DTYPES.items()}
         invocations = trace._loaded["invocations"]
-        if not isinstance(invocations["name"].dtype, pd.CategoricalDtype):
-            invocations["name"] = invocations["name"].astype("category")
+        invocations["name"] = invocations["name"].astype(pd.CategoricalDtype(info["names"]))
         return trace
 
     def __repr__(self) -> str:
