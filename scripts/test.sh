@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Set up a fresh machine and run the whole test suite: pytest (tests/) and nbval (notebooks/).
+# Extra arguments go to pytest, e.g. `bash scripts/test.sh -x -k engine`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+python3 -m venv .venv
+. .venv/bin/activate
+# The standard torch build from PyPI (CUDA libraries included, ~2 min to download): the
+# CPU-only wheel cannot load torchvision's compiled ops. It runs on CPU and GPU alike.
+pip install -q --disable-pip-version-check -e '.[test]'
+
+# The real-browser test drives JupyterLab in Debian's Chromium; it is skipped, with a
+# message, where Chromium cannot be installed.
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+    || echo "note: could not install chromium; the browser test will be skipped"
+fi
+
+python -m pytest tests notebooks --nbval --nbval-current-env \
+  --nbval-sanitize-with composer_lab/nbval_sanitize.cfg "$@"
