@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from decimal import Decimal
 from enum import Enum
 from typing import Union
 
@@ -61,7 +62,8 @@ class Time:
         return cls(float(number) if unit == "dur" else int(number), TimeUnit(unit))
 
     def __str__(self) -> str:
-        return f"{self.value}{self.unit.value}"
+        # Positional notation, so that the string parses back: 1e-05 is written 0.00001.
+        return f"{format(Decimal(repr(self.value)), 'f')}{self.unit.value}"
 
 
 def ensure_time(value: Union[str, Time], name: str = "duration") -> Time:

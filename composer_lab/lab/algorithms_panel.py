@@ -50,11 +50,11 @@ class AlgorithmPanel(widgets.VBox):
         editors = {}
         for hparam, value in hyperparameters(self.control.algorithms[index]).items():
             editor = editors[hparam] = _field(value, hparam)
-            editor.layout.width = "160px"
-            editor.style.description_width = "70px"
+            editor.layout.width = "150px"
+            editor.style.description_width = "initial"
             editor.observe(lambda change, h=hparam: self._edit(index, h, change), names="value")
         self.fields[name] = editors
-        return widgets.HBox([box, *editors.values()])
+        return widgets.HBox([box, *editors.values()], layout={"flex_flow": "row wrap"})
 
     def _edit(self, index: int, hparam: str, change: dict) -> None:
         try:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import html
-import math
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
@@ -21,8 +20,9 @@ from composer_lab.core.algorithm import Algorithm
 from composer_lab.core.engine import Engine
 from composer_lab.core.event import Event
 from composer_lab.core.state import State
-from composer_lab.core.time import Timestamp, TimeUnit
+from composer_lab.core.time import Timestamp
 from composer_lab.lab.control import Control
+from composer_lab.lab.sources import total_batches
 
 __all__ = ["OrderPreview", "OrderChange", "preview_orders", "possible_events", "order_changes"]
 
@@ -30,23 +30,10 @@ _PROBE_POINTS = 64
 _ALL = "all events"
 
 
-def _total_batches(state: State) -> Optional[int]:
-    """The run's length in batches, when it can be known from max_duration and the dataloader."""
-    duration, per_epoch = state.max_duration, state.dataloader_len
-    if duration.unit is TimeUnit.BATCH:
-        return duration.value
-    if duration.unit is TimeUnit.EPOCH and per_epoch:
-        return duration.value * per_epoch
-    batch_size = getattr(state.dataloader, "batch_size", None)
-    if duration.unit is TimeUnit.SAMPLE and batch_size:
-        return math.ceil(duration.value / batch_size)
-    return None
-
-
 def _probe_states(state: State) -> list[State]:
     """The state itself and shallow copies of it placed at batches spread over the run (in
     pairs of neighbours, so alternating rules such as SB's ``interrupt`` show both sides)."""
-    total = _total_batches(state)
+    total = total_batches(state)
     if not total:
         return [state]
     per_epoch = state.dataloader_len or total

@@ -1,49 +1,10 @@
-"""Tiny models, batches and an engine-driving helper shared by the algorithm tests."""
-
-from __future__ import annotations
-
-from typing import Sequence
+"""Fixtures shared by the algorithm tests."""
 
 import pytest
 import torch
-from torch import nn
-
-from composer_lab.core import Engine, Event, State
-
-
-class TinyCNN(nn.Module):
-    """Conv - BatchNorm - ReLU - pool - linear on (N, 3, 8, 8) images, any spatial size."""
-
-    def __init__(self, classes: int = 4) -> None:
-        super().__init__()
-        self.conv = nn.Conv2d(3, 8, 3, padding=1)
-        self.bn = nn.BatchNorm2d(8)
-        self.pool = nn.AdaptiveAvgPool2d(1)
-        self.fc = nn.Linear(8, classes)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(self.pool(torch.relu(self.bn(self.conv(x)))).flatten(1))
 
 
 @pytest.fixture
 def images() -> tuple[torch.Tensor, torch.Tensor]:
     gen = torch.Generator().manual_seed(0)
     return torch.randn(16, 3, 8, 8, generator=gen), torch.randint(0, 4, (16,), generator=gen)
-
-
-def make_state(model: nn.Module, batch, algorithms: Sequence = (), max_duration: str = "10ba",
-               loss_fn=nn.functional.cross_entropy, seed: int = 0) -> tuple[State, Engine]:
-    """A State holding ``batch`` and an Engine over ``algorithms``, after INIT."""
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    state = State(model, max_duration, optimizers=opt, algorithms=algorithms, seed=seed)
-    state.loss_fn = loss_fn
-    state.batch = batch
-    engine = Engine(state)
-    engine.run_event(Event.INIT)
-    return state, engine
-
-
-def at_batch(state: State, batch: int, batch_in_epoch: int | None = None) -> None:
-    """Move the state's timestamp to global batch ``batch``."""
-    from composer_lab.core import Timestamp
-    state.timestamp = Timestamp(batch=batch, batch_in_epoch=batch if batch_in_epoch is None else batch_in_epoch)

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
 
 from composer_lab.core import Algorithm, Engine, Event, State
+from composer_lab.trainer import Trainer
 
 
 class Pick(Algorithm):
@@ -62,3 +65,30 @@ def engine() -> Engine:
     model = torch.nn.Linear(4, 2)
     state = State(model, "20ba", algorithms=[Pick(), Mix(), Smooth()])
     return Engine(state)
+
+
+class Fail(Algorithm):
+    """Raises inside apply at after_forward of the given batch."""
+
+    def __init__(self, at: int = 2) -> None:
+        self.at = at
+
+    def match(self, event, state):
+        return event is Event.AFTER_FORWARD and state.timestamp.batch == self.at
+
+    def apply(self, event, state, logger):
+        raise RuntimeError(f"failed on purpose at batch {self.at}")
+
+
+def make_trainer(algorithms=(), max_duration="12ba", eval_interval="4ba", seed=0, **kwargs) -> Trainer:
+    """A real Trainer on a tiny generated problem (64 examples of 4 features, batches of 8)."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 4, generator=gen)
+    y = (x[:, 0] > 0).long()
+    data = TensorDataset(x, y)
+    return Trainer(torch.nn.Linear(4, 2), DataLoader(data, batch_size=8), max_duration, loss_fn=F.cross_entropy,
+                   eval_dataloader=DataLoader(data, batch_size=32), eval_interval=eval_interval,
+                   algorithms=algorithms, progress_bar=False, seed=seed, **kwargs)
+
+# The browser test opens browser_lab.ipynb itself; nbval must not collect it as a doc notebook.
+collect_ignore_glob = ["*.ipynb"]

@@ -1,0 +1,107 @@
+"""Overhead of Trainer.fit over a plain PyTorch loop.
+
+The same MLP (784-256-10), data (pre-batched, 64 per batch), optimizer (SGD, momentum 0.9) and
+600 steps on one torch thread: once as a plain loop, once as ``Trainer.fit`` with 10 algorithms
+that each match one event of the step and the full trace ('all'). Runs are interleaved in one
+process; the minimum of 3 of each is compared. Prints the ratio and writes
+benchmarks/results/trainer_overhead.json.
+
+    python benchmarks/trainer_overhead.py [--repeats 3] [--steps 600]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from composer_lab import Algorithm, Event, Trainer
+
+STEP_EVENTS = (Event.BATCH_START, Event.BEFORE_TRAIN_BATCH, Event.BEFORE_FORWARD, Event.AFTER_FORWARD,
+               Event.BEFORE_LOSS, Event.AFTER_LOSS, Event.BEFORE_BACKWARD, Event.AFTER_BACKWARD,
+               Event.AFTER_TRAIN_BATCH, Event.BATCH_END)
+
+
+class Touch(Algorithm):
+    """Matches one event; applying it does nothing (the cost measured is the machinery's)."""
+
+    def __init__(self, event: Event) -> None:
+        self.event = event
+
+    def match(self, event, state) -> bool:
+        return event is self.event
+
+    def apply(self, event, state, logger) -> None:
+        return None
+
+
+def make_model(seed: int) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
+
+
+def make_optimizer(model: nn.Module) -> torch.optim.Optimizer:
+    return torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+
+def plain_loop(batches: list) -> float:
+    model = make_model(0)
+    optimizer = make_optimizer(model)
+    loss_fn = nn.functional.cross_entropy
+    start = time.perf_counter()
+    for x, y in batches:
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+    return time.perf_counter() - start
+
+
+def trainer_fit(batches: list) -> float:
+    model = make_model(0)
+    trainer = Trainer(model, batches, f"{len(batches)}ba", loss_fn=nn.functional.cross_entropy,
+                      optimizers=make_optimizer(model), algorithms=[Touch(e) for e in STEP_EVENTS],
+                      device="cpu", trace="all", progress_bar=False)
+    start = time.perf_counter()
+    trainer.fit()
+    elapsed = time.perf_counter() - start
+    calls = trainer.trace.invocations
+    assert calls["matched"].sum() == 10 * len(batches), "every algorithm must run once per step"
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=600)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(args.steps * 64, 784, generator=gen)
+    y = torch.randint(0, 10, (args.steps * 64,), generator=gen)
+    batches = list(zip(x.split(64), y.split(64)))
+    plain_loop(batches[:50]), trainer_fit(batches[:50])  # warm up both paths
+    plain, fit = [], []
+    for _ in range(args.repeats):
+        plain.append(plain_loop(batches))
+        fit.append(trainer_fit(batches))
+    ratio = min(fit) / min(plain)
+    result = {"benchmark": "trainer_overhead", "steps": args.steps, "repeats": args.repeats,
+              "plain_s": plain, "trainer_s": fit, "plain_min_s": min(plain), "trainer_min_s": min(fit),
+              "ratio": ratio, "per_step_overhead_us": (min(fit) - min(plain)) / args.steps * 1e6,
+              "torch": torch.__version__, "python": platform.python_version(), "machine": platform.machine()}
+    out = Path(__file__).parent / "results" / "trainer_overhead.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    print(f"plain loop   {min(plain) * 1e3:8.1f} ms  (min of {args.repeats}: {[round(t * 1e3, 1) for t in plain]})")
+    print(f"Trainer.fit  {min(fit) * 1e3:8.1f} ms  (min of {args.repeats}: {[round(t * 1e3, 1) for t in fit]})")
+    print(f"ratio {ratio:.3f}x  ({result['per_step_overhead_us']:.1f} us per step); saved to {out}")
+
+
+if __name__ == "__main__":
+    main()

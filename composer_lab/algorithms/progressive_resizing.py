@@ -1,0 +1,105 @@
+"""Progressive resizing (as in fast.ai's DAWNBench entries): train on smaller images first."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+import torch.nn.functional as F
+
+from composer_lab.algorithms.validation import check_choice, check_fraction, check_positive
+from composer_lab.core.algorithm import Algorithm
+from composer_lab.core.event import Event
+from composer_lab.core.logger import Logger
+from composer_lab.core.state import State
+
+__all__ = ["ProgressiveResizing", "resize_batch", "scale_schedule", "RESIZE_MODES"]
+
+RESIZE_MODES = ("resize", "crop")
+
+
+def scale_schedule(current_duration: float, initial_scale: float = 0.5, delay_fraction: float = 0.5,
+                   finetune_fraction: float = 0.2) -> float:
+    """``initial_scale`` until ``delay_fraction`` of training, then linearly up to 1 at
+    ``1 - finetune_fraction``, then 1."""
+    ramp_end = 1.0 - finetune_fraction
+    if current_duration < delay_fraction:
+        return initial_scale
+    if current_duration >= ramp_end:
+        return 1.0
+    return initial_scale + (1.0 - initial_scale) * (current_duration - delay_fraction) / (ramp_end - delay_fraction)
+
+
+def scaled_size(size: int, scale: float, size_increment: int = 1) -> int:
+    """``size * scale`` rounded down to a multiple of ``size_increment``, within [increment, size]."""
+    return min(size, max(size_increment, int(size * scale) // size_increment * size_increment))
+
+
+def resize_batch(input: torch.Tensor, target: Any, scale_factor: float, mode: str = "resize",
+                 resize_targets: bool = False, size_increment: int = 1,
+                 generator: Optional[torch.Generator] = None) -> tuple[torch.Tensor, Any]:
+    """Images (N, C, H, W) scaled by ``scale_factor``: interpolated ('resize') or a random crop
+    shared by the batch ('crop', offsets from the CPU ``generator``). With ``resize_targets``
+    (segmentation masks) the targets get the same treatment."""
+    check_fraction("scale_factor", scale_factor, low_open=True)
+    check_choice("mode", mode, RESIZE_MODES)
+    if input.dim() != 4:
+        raise ValueError(f"progressive resizing needs images (N, C, H, W), got shape {tuple(input.shape)}")
+    height, width = input.shape[-2:]
+    new_h, new_w = scaled_size(height, scale_factor, size_increment), scaled_size(width, scale_factor, size_increment)
+    if (new_h, new_w) == (height, width):
+        return input, target
+    if mode == "resize":
+        def change(t: torch.Tensor) -> torch.Tensor:
+            t4 = t if t.dim() == 4 else t.unsqueeze(1)
+            out = F.interpolate(t4.float() if not t4.is_floating_point() else t4, size=(new_h, new_w),
+                                mode="bilinear" if t4.is_floating_point() else "nearest")
+            out = out.to(t.dtype)
+            return out if t.dim() == 4 else out.squeeze(1)
+    else:
+        top = int(torch.randint(height - new_h + 1, (), generator=generator))
+        left = int(torch.randint(width - new_w + 1, (), generator=generator))
+
+        def change(t: torch.Tensor) -> torch.Tensor:
+            return t[..., top:top + new_h, left:left + new_w]
+    return change(input), change(target) if resize_targets else target
+
+
+class ProgressiveResizing(Algorithm):
+    """Resizes the inputs at AFTER_DATALOADER following :func:`scale_schedule`; logs the scale.
+
+    Args:
+        mode: 'resize' (interpolate) or 'crop' (random crop).
+        initial_scale: the starting scale, in (0, 1].
+        finetune_fraction: the final fraction of training at full size.
+        delay_fraction: the first fraction of training at ``initial_scale``.
+        size_increment: sides are rounded down to a multiple of this.
+        resize_targets: resize the targets too (segmentation).
+    """
+
+    def __init__(self, mode: str = "resize", initial_scale: float = 0.5, finetune_fraction: float = 0.2,
+                 delay_fraction: float = 0.5, size_increment: int = 4, resize_targets: bool = False) -> None:
+        self.mode = check_choice("mode", mode, RESIZE_MODES)
+        self.initial_scale = check_fraction("initial_scale", initial_scale, low_open=True)
+        self.finetune_fraction = check_fraction("finetune_fraction", finetune_fraction)
+        self.delay_fraction = check_fraction("delay_fraction", delay_fraction)
+        if delay_fraction + finetune_fraction > 1:
+            raise ValueError(f"delay_fraction ({delay_fraction}) + finetune_fraction ({finetune_fraction}) must "
+                             f"be at most 1: together they are the parts of training without resizing ramps")
+        self.size_increment = check_positive("size_increment", size_increment, integer=True)
+        self.resize_targets = resize_targets
+
+    def match(self, event: Event, state: State) -> bool:
+        return event is Event.AFTER_DATALOADER
+
+    def apply(self, event: Event, state: State, logger: Logger) -> Optional[int]:
+        scale = scale_schedule(state.get_elapsed_duration(), self.initial_scale, self.delay_fraction,
+                               self.finetune_fraction)
+        logger.log_metrics({"progressive_resizing/scale": scale})
+        if scale < 1.0:
+            inputs, targets = resize_batch(state.batch_get_item(0), state.batch_get_item(1), scale, self.mode,
+                                           self.resize_targets, self.size_increment, state.generator("cpu"))
+            state.batch_set_item(0, inputs)
+            if self.resize_targets:
+                state.batch_set_item(1, targets)
+        return None

@@ -1,0 +1,24 @@
+"""The algorithms' functional forms, for plain PyTorch loops: ``import composer_lab.functional as cf``."""
+
+from composer_lab.algorithms.blurpool import apply_blurpool
+from composer_lab.algorithms.channels_last import apply_channels_last
+from composer_lab.algorithms.cutmix import cutmix_batch
+from composer_lab.algorithms.cutout import cutout_batch
+from composer_lab.algorithms.ema import compute_ema
+from composer_lab.algorithms.fused_layernorm import apply_fused_layernorm
+from composer_lab.algorithms.gated_linear_units import apply_gated_linear_units
+from composer_lab.algorithms.gradient_clipping import apply_gradient_clipping
+from composer_lab.algorithms.label_smoothing import smooth_labels
+from composer_lab.algorithms.layer_freezing import freeze_layers
+from composer_lab.algorithms.mixup import mixup_batch
+from composer_lab.algorithms.progressive_resizing import resize_batch
+from composer_lab.algorithms.randaugment import randaugment, randaugment_image
+from composer_lab.algorithms.random_subset import select_random_subset
+from composer_lab.algorithms.selective_backprop import select_using_loss, should_selective_backprop
+
+__all__ = [
+    "apply_blurpool", "apply_channels_last", "apply_fused_layernorm", "apply_gated_linear_units",
+    "apply_gradient_clipping", "compute_ema", "cutmix_batch", "cutout_batch", "freeze_layers", "mixup_batch",
+    "randaugment", "randaugment_image", "resize_batch", "select_random_subset", "select_using_loss",
+    "should_selective_backprop", "smooth_labels",
+]

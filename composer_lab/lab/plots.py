@@ -1,0 +1,292 @@
+"""Plots of runs: loss, keep ratio, event timeline, algorithm x event map, run comparison.
+
+Each ``plot_*`` takes what :func:`~composer_lab.lab.sources.run_data` reads (a Trainer, a
+Run, a saved run folder, trace or metrics DataFrames) and returns a
+:class:`matplotlib.figure.Figure` built without pyplot, so it works outside Jupyter and
+from a worker thread; ``fig.savefig('x.png')`` saves it. The ``draw_*`` functions draw the
+same into a given Axes (the run panel and :func:`plot_runs` reuse them).
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import textwrap
+from typing import Any, Iterable, Optional, Sequence, Union
+
+import numpy as np
+import pandas as pd
+from matplotlib import colormaps
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from composer_lab.algorithms.batch_selection import BatchSelection
+from composer_lab.lab.diff import DIFF_STATUSES, diff_runs
+from composer_lab.lab.sources import RunData, run_data
+
+__all__ = ["plot_loss", "plot_keep_ratio", "plot_timeline", "plot_algorithm_events", "plot_runs",
+           "draw_loss", "draw_keep_ratio", "keep_ratio_interval", "figure_png", "step_events"]
+
+_SCHEDULE = re.compile(r"(?P<name>\w+)\(start=(?P<start>[\d.e-]+), end=(?P<end>[\d.e-]+)")
+_STATUS_COLORS = {"moved": "#f0a030", "appeared": "#40a040", "vanished": "#d04040"}
+
+
+def figure_png(fig: Figure, dpi: int = 80) -> bytes:
+    """The figure as PNG bytes (for an ipywidgets Image)."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
+    return buffer.getvalue()
+
+
+def _runs(sources: Sequence[Any]) -> list[RunData]:
+    if len(sources) == 1 and isinstance(sources[0], (list, tuple)):
+        sources = sources[0]
+    if not sources:
+        raise ValueError("no run given; pass a trainer, a run, a run folder or trace / metrics frames")
+    return [run_data(s) for s in sources]
+
+
+def _draw_notes(ax: Axes, run: RunData, color: str) -> None:
+    """A dotted vertical line at each change made from the lab, labelled with what changed."""
+    notes = run.notes.dropna(subset=["batch"])
+    for batch, text in zip(notes["batch"], notes["text"]):
+        ax.axvline(batch, color=color, linestyle=":", linewidth=1)
+        ax.annotate(textwrap.shorten(str(text), 40), (batch, 1), xycoords=("data", "axes fraction"), rotation=90, va="top",
+                    ha="right", fontsize=7, color=color)
+
+
+# -- loss ------------------------------------------------------------------------------------
+def draw_loss(ax: Axes, runs: Sequence[RunData]) -> None:
+    """Train loss per step (line) and eval loss per evaluation (dots) of each run."""
+    for i, run in enumerate(runs):
+        color = f"C{i}"
+        train, evaluation = run.metric("loss/train", "fit"), run.metric("loss/eval")
+        if train.empty and evaluation.empty:
+            raise ValueError(f"run {run.name!r} logged no 'loss/train' or 'loss/eval'; give a run's metrics "
+                             f"(trainer.metrics or a Run), not only its trace")
+        ax.plot(train.index, train.values, color=color, linewidth=1, label=f"{run.name} train")
+        if not evaluation.empty:
+            ax.plot(evaluation.index, evaluation.values, "o--", color=color, label=f"{run.name} eval")
+        _draw_notes(ax, run, color)
+    ax.set_xlabel("batch")
+    ax.set_ylabel("loss")
+    ax.legend(fontsize=8)
+
+
+def plot_loss(*sources: Any, title: str = "Loss") -> Figure:
+    """Loss curves of one or several runs, overlaid: train per step, eval per evaluation; the
+    changes made from the lab during a run are marked with dotted lines."""
+    fig = Figure(figsize=(7, 4), layout="constrained")
+    ax = fig.add_subplot()
+    draw_loss(ax, _runs(sources))
+    ax.set_title(title)
+    return fig
+
+
+# -- keep ratio ------------------------------------------------------------------------------
+def keep_ratio_interval(run: RunData, metric: str = "sb/keep_ratio") -> Optional[tuple[float, float]]:
+    """The ``[start, end)`` batches of the batch-selection algorithm that logs ``metric``: from
+    a trainer's algorithms, or a saved run's config (``'SelectiveBackprop(start=0.5, ...)'``);
+    None when the run's length or the algorithm is unknown."""
+    prefix = metric.split("/")[0]
+    if not run.total_batches:
+        return None
+    for algo in run.algorithms:
+        if getattr(algo, "metric_prefix", None) == prefix:
+            return algo.start * run.total_batches, algo.end * run.total_batches
+    names = {cls.__name__ for cls in _batch_selections() if cls.metric_prefix == prefix}
+    for text in run.config.get("algorithms", []):
+        found = _SCHEDULE.match(str(text))
+        if found and found["name"] in names:
+            return float(found["start"]) * run.total_batches, float(found["end"]) * run.total_batches
+    return None
+
+
+def _batch_selections() -> list[type]:
+    pending, found = [BatchSelection], []
+    while pending:
+        cls = pending.pop()
+        found.append(cls)
+        pending.extend(cls.__subclasses__())
+    return [cls for cls in found if hasattr(cls, "metric_prefix")]
+
+
+def draw_keep_ratio(ax: Axes, run: RunData, metric: str = "sb/keep_ratio",
+                    interval: Optional[tuple[float, float]] = None) -> None:
+    """The keep ratio per step: selective steps as dots on the line, plain (full-batch) steps
+    as grey crosses at 1.0, the ``[start, end)`` interval shaded."""
+    ratio = run.metric(metric, "fit")
+    if ratio.empty:
+        raise ValueError(f"run {run.name!r} logged no {metric!r}; train with an algorithm that logs it "
+                         f"(SelectiveBackprop logs 'sb/keep_ratio') or pass metric=...")
+    interval = interval if interval is not None else keep_ratio_interval(run, metric)
+    if interval is not None:
+        ax.axvspan(*interval, color="C0", alpha=0.12, label=f"interval [{interval[0]:g}, {interval[1]:g})")
+    selective = ratio < 1.0
+    ax.plot(ratio.index, ratio.values, color="C0", linewidth=0.8)
+    ax.plot(ratio.index[selective], ratio.values[selective], "o", color="C0", markersize=3,
+            label="selective step")
+    ax.plot(ratio.index[~selective], ratio.values[~selective], "x", color="0.5", markersize=4,
+            label="plain step")
+    _draw_notes(ax, run, "C3")
+    ax.set_ylim(0, 1.08)
+    ax.set_xlabel("batch")
+    ax.set_ylabel("keep ratio")
+    ax.legend(fontsize=8, loc="lower left")
+
+
+def plot_keep_ratio(source: Any, metric: str = "sb/keep_ratio",
+                    interval: Optional[tuple[float, float]] = None) -> Figure:
+    """Selective Backprop's keep ratio per step, with its ``[start, end)`` interval (in batches;
+    found from a trainer's algorithm, or given) shaded and the plain steps visible."""
+    run = run_data(source)
+    fig = Figure(figsize=(7, 3), layout="constrained")
+    ax = fig.add_subplot()
+    draw_keep_ratio(ax, run, metric, interval)
+    ax.set_title(f"{metric} ({run.name})")
+    return fig
+
+
+# -- timeline --------------------------------------------------------------------------------
+def step_events(events: pd.DataFrame) -> pd.Series:
+    """The training step each event belongs to: a step starts at a fit ``before_dataloader``
+    and runs to the next one (its evaluations included); events before the first step get -1."""
+    starts = (events["event"].astype(str) == "before_dataloader") & (events["phase"].astype(str) == "fit")
+    step = events["batch"].where(starts).ffill()
+    return step.fillna(-1).astype("int64")
+
+
+def _chosen_steps(steps: Union[int, Iterable[int], None], available: np.ndarray) -> list[int]:
+    available = sorted(int(s) for s in available if s >= 0)
+    if not available:
+        raise ValueError("the trace has no training step (no fit 'before_dataloader' event); trace a fit with "
+                         "trace='all' or 'ran'")
+    if steps is None or isinstance(steps, int):
+        count = 2 if steps is None else steps
+        return available[-count - 1:-1] if len(available) > count else available[:count]
+    chosen = sorted({int(s) for s in steps})
+    missing = [s for s in chosen if s not in available]
+    if missing:
+        raise ValueError(f"steps {missing} are not in the trace; it has steps {available[0]} to {available[-1]}")
+    return chosen
+
+
+def _invocation_starts(events: pd.DataFrame, invocations: pd.DataFrame) -> pd.DataFrame:
+    """Each call's start: its event's start plus the calls before it (algorithms in their
+    order, then callbacks; callbacks first on INIT)."""
+    calls = invocations[invocations["matched"]].merge(events[["seq", "t_start"]], on="seq")
+    callbacks_first = (calls["event"].astype(str) == "init") == (calls["kind"].astype(str) == "callback")
+    calls = calls.assign(_rank=~callbacks_first).sort_values(["seq", "_rank", "order"], kind="stable")
+    before = calls.groupby("seq")["duration"].cumsum() - calls["duration"]
+    return calls.assign(start=calls["t_start"] + before)
+
+
+def plot_timeline(source: Any, steps: Union[int, Iterable[int], None] = None) -> Figure:
+    """The events of chosen training steps along time (ms). The top lane shows each event
+    until the next one fires, so the loop's own work shows as the phase it follows (the
+    forward pass as ``before_forward``); below, one lane per algorithm and callback shows
+    its calls. ``steps``: step numbers, or how many of the last complete steps (default 2)."""
+    run = run_data(source)
+    events = run.events.assign(step=step_events(run.events))
+    chosen = _chosen_steps(steps, events["step"].unique())
+    events = events.assign(t_end=events["t_start"].shift(-1).fillna(events["t_start"] + events["duration"]))
+    events = events[events["step"].isin(chosen)]
+    t0 = events["t_start"].min()
+    calls = _invocation_starts(events, run.invocations[run.invocations["seq"].isin(events["seq"])])
+    lanes = list(dict.fromkeys(calls["name"].astype(str)))
+    fig = Figure(figsize=(10, 1.2 + 0.45 * (len(lanes) + 1)), layout="constrained")
+    ax = fig.add_subplot()
+    kinds = list(dict.fromkeys(events["event"].astype(str)))
+    colors = {kind: _cmap_color(i, len(kinds)) for i, kind in enumerate(kinds)}
+    for kind in kinds:
+        rows = events[events["event"].astype(str) == kind]
+        ax.broken_barh(list(zip((rows["t_start"] - t0) * 1e3, (rows["t_end"] - rows["t_start"]) * 1e3)),
+                       (-0.4, 0.8), color=colors[kind], label=kind)
+    for lane, name in enumerate(lanes, start=1):
+        rows = calls[calls["name"].astype(str) == name]
+        ax.broken_barh(list(zip((rows["start"] - t0) * 1e3, rows["duration"] * 1e3)), (lane - 0.4, 0.8),
+                       color=[colors.get(e, "0.5") for e in rows["event"].astype(str)], edgecolor="k",
+                       linewidth=0.3)
+    for step in chosen:
+        start = events.loc[events["step"] == step, "t_start"].min()
+        ax.axvline((start - t0) * 1e3, color="k", linewidth=0.6, linestyle="--")
+        ax.annotate(f"step {step}", ((start - t0) * 1e3, 1), xycoords=("data", "axes fraction"), fontsize=8,
+                    va="bottom")
+    ax.set_yticks(range(len(lanes) + 1), ["events", *lanes])
+    ax.invert_yaxis()
+    ax.set_xlabel("time (ms)")
+    ax.set_title(f"Timeline of steps {chosen} ({run.name})", pad=14)
+    ax.legend(fontsize=7, ncols=1, loc="upper left", bbox_to_anchor=(1.01, 1))
+    return fig
+
+
+def _cmap_color(i: int, n: int) -> Any:
+    return colormaps["tab20"](i % 20) if n > 10 else colormaps["tab10"](i)
+
+
+# -- algorithm x event -----------------------------------------------------------------------
+def plot_algorithm_events(source: Any) -> Figure:
+    """How often (calls) and how long (total ms) each algorithm ran at each event."""
+    run = run_data(source)
+    inv = run.invocations
+    ran = inv[inv["matched"] & (inv["kind"].astype(str) == "algorithm")]
+    if ran.empty:
+        raise ValueError(f"run {run.name!r} has no algorithm calls in its trace; train with algorithms "
+                         f"and trace='all' or 'ran'")
+    ran = ran.assign(event=ran["event"].astype(str), name=ran["name"].astype(str))
+    grouped = ran.groupby(["name", "event"])["duration"]
+    calls = grouped.count().unstack(fill_value=0)
+    total_ms = (grouped.sum() * 1e3).unstack(fill_value=0.0)
+    fig = Figure(figsize=(3 + 1.1 * calls.shape[1] * 2, 1.5 + 0.5 * calls.shape[0]), layout="constrained")
+    for ax, table, title, fmt in zip(fig.subplots(1, 2), (calls, total_ms), ("calls", "total time (ms)"),
+                                     ("{:.0f}", "{:.2f}")):
+        image = ax.imshow(table.values, aspect="auto", cmap="Blues")
+        ax.set_xticks(range(table.shape[1]), table.columns, rotation=45, ha="right")
+        ax.set_yticks(range(table.shape[0]), table.index)
+        for (r, c), value in np.ndenumerate(table.values):
+            ax.text(c, r, fmt.format(value), ha="center", va="center", fontsize=8)
+        ax.set_title(title)
+        fig.colorbar(image, ax=ax, shrink=0.8)
+    fig.suptitle(f"Algorithms by event ({run.name})")
+    return fig
+
+
+# -- two runs --------------------------------------------------------------------------------
+def plot_runs(a: Any, b: Any, diff: Optional[pd.DataFrame] = None) -> Figure:
+    """The same experiment twice (two pass orders, two algorithm sets): both loss curves on
+    the left, and per event how many calls moved, appeared or vanished (:func:`diff_runs`)."""
+    runs = _runs([a, b])
+    if runs[0].name == runs[1].name:
+        runs = [run_data(runs[0], f"{runs[0].name} (a)"), run_data(runs[1], f"{runs[1].name} (b)")]
+    diff = diff_runs(*runs) if diff is None else diff
+    fig = Figure(figsize=(12, 4), layout="constrained")
+    loss_ax, diff_ax = fig.subplots(1, 2)
+    draw_loss(loss_ax, runs)
+    loss_ax.set_title("Loss")
+    counts = pd.crosstab(diff["event"], diff["status"]).reindex(columns=list(DIFF_STATUSES), fill_value=0)
+    counts = counts[counts[["moved", "appeared", "vanished"]].sum(axis=1) > 0]
+    left = np.zeros(len(counts))
+    for status, color in _STATUS_COLORS.items():
+        diff_ax.barh(counts.index, counts[status], left=left, color=color, label=status)
+        left += counts[status].to_numpy()
+    if counts.empty:
+        diff_ax.text(0.5, 0.5, "same calls in the same order", ha="center", va="center",
+                     transform=diff_ax.transAxes)
+    diff_ax.set_xlabel("calls")
+    diff_ax.set_title(f"{runs[1].name} vs {runs[0].name}")
+    diff_ax.legend(fontsize=8)
+    return fig
+
+
+def _show_figures_in_ipython() -> None:
+    """Let a returned Figure display as PNG in IPython even when pyplot was never imported."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is not None and hasattr(shell, "display_formatter"):
+        shell.display_formatter.formatters["image/png"].for_type(Figure, lambda fig: figure_png(fig, dpi=100))
+
+
+_show_figures_in_ipython()

@@ -1,0 +1,10 @@
+"""Small models for the bundled experiments: an MLP, a CNN for any image size, a ResNet for 32x32."""
+
+from composer_lab.models.cnn import SmallCNN
+from composer_lab.models.mlp import MLP
+from composer_lab.models.resnet import CifarResNet
+
+MODELS = {"mlp": MLP, "cnn": SmallCNN, "resnet": CifarResNet}
+"""Name (as the command line takes it) -> model class (``in_channels``/``in_features``, ``num_classes``)."""
+
+__all__ = ["MLP", "SmallCNN", "CifarResNet", "MODELS"]

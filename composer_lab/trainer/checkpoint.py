@@ -1,0 +1,101 @@
+"""Checkpoints: one ``.pt`` file of tensors and plain values, read with ``weights_only=True``
+(loading a checkpoint never runs code), and the callback that writes them when due."""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import zipfile
+from pathlib import Path
+from typing import Any, Callable, Union
+
+import pandas as pd
+import torch
+
+from composer_lab.core.callback import Callback
+from composer_lab.trainer.interval import Interval
+
+__all__ = ["CHECKPOINT_FORMAT", "CheckpointError", "CheckpointNotFoundError", "CheckpointSaver",
+           "save_checkpoint", "load_checkpoint", "frame_to_bytes", "frame_from_bytes"]
+
+CHECKPOINT_FORMAT = "composer_lab.checkpoint/1"
+_REQUIRED = ("format", "model", "optimizers", "schedulers", "timestamp", "rng", "algorithms",
+             "metrics", "trace")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be loaded: corrupt, not ours, or not matching the trainer."""
+
+
+class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
+    """``load_path`` names no file."""
+
+
+def frame_to_bytes(frame: pd.DataFrame) -> bytes:
+    """A DataFrame as parquet bytes (a type ``weights_only`` loading accepts)."""
+    buffer = io.BytesIO()
+    frame.to_parquet(buffer, index=False)
+    return buffer.getvalue()
+
+
+def frame_from_bytes(data: bytes) -> pd.DataFrame:
+    return pd.read_parquet(io.BytesIO(data))
+
+
+def save_checkpoint(payload: dict[str, Any], path: Union[str, os.PathLike]) -> Path:
+    """Write ``payload`` to ``path`` atomically (a crash mid-write leaves no half file)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save({"format": CHECKPOINT_FORMAT, **payload}, tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def load_checkpoint(path: Union[str, os.PathLike], map_location: Any = "cpu") -> dict[str, Any]:
+    """Read a checkpoint written by :func:`save_checkpoint`, safely (``weights_only=True``)."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointNotFoundError(f"load_path {str(path)!r}: no such checkpoint file; give the path of "
+                                      f"a .pt file written by Trainer(save_folder=...), e.g. "
+                                      f"'{Path('checkpoints') / 'ep1-ba10.pt'}'")
+    try:
+        payload = torch.load(path, map_location=map_location, weights_only=True)
+    except (RuntimeError, pickle.UnpicklingError, zipfile.BadZipFile, EOFError, OSError) as err:
+        raise CheckpointError(f"load_path {str(path)!r} cannot be read as a composer_lab checkpoint "
+                              f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); "
+                              f"it is corrupt or not a checkpoint: pick another file from the save_folder "
+                              f"or train without load_path") from None
+    if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
+        raise CheckpointError(f"load_path {str(path)!r} is a torch file but not a composer_lab checkpoint "
+                              f"(expected format {CHECKPOINT_FORMAT!r}); give a file written by "
+                              f"Trainer(save_folder=...)")
+    missing = [k for k in _REQUIRED if k not in payload]
+    if missing:
+        raise CheckpointError(f"checkpoint {str(path)!r} lacks {missing}; it is damaged, pick another one")
+    return payload
+
+
+class CheckpointSaver(Callback):
+    """Writes ``folder/ep{E}-ba{B}.pt`` at BATCH_CHECKPOINT / EPOCH_CHECKPOINT when
+    ``interval`` is due; ``payload()`` gives what to write. ``saved`` lists the paths."""
+
+    def __init__(self, folder: Union[str, os.PathLike], interval: Interval,
+                 payload: Callable[[], dict[str, Any]]) -> None:
+        self.folder = Path(folder)
+        self.interval = interval
+        self.payload = payload
+        self.saved: list[Path] = []
+
+    def batch_checkpoint(self, state: Any, logger: Any) -> None:
+        if self.interval.due_after_batch(state.timestamp):
+            self._save(state)
+
+    def epoch_checkpoint(self, state: Any, logger: Any) -> None:
+        if self.interval.due_after_epoch(state.timestamp):
+            self._save(state)
+
+    def _save(self, state: Any) -> None:
+        ts = state.timestamp
+        self.saved.append(save_checkpoint(self.payload(), self.folder / f"ep{ts.epoch}-ba{ts.batch}.pt"))

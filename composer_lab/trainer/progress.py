@@ -1,0 +1,48 @@
+"""A progress bar over the batches of a fit: a widget in Jupyter, text in a terminal (tqdm.auto)."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from tqdm.auto import tqdm
+
+from composer_lab.core.callback import Callback
+from composer_lab.core.time import TimeUnit
+
+__all__ = ["ProgressBar"]
+
+
+class ProgressBar(Callback):
+    """One bar per ``fit``; shows the epoch and, every ``loss_every`` batches, the training loss
+    (reading it costs one device sync, so not every batch)."""
+
+    def __init__(self, loss_every: int = 25) -> None:
+        self.loss_every = loss_every
+        self.bar: Optional[Any] = None
+
+    def fit_start(self, state: Any, logger: Any) -> None:
+        self.close()
+        self.bar = tqdm(total=_batches_left(state), desc=state.run_name, unit="ba", dynamic_ncols=True)
+
+    def batch_end(self, state: Any, logger: Any) -> None:
+        self.bar.update(1)
+        if state.timestamp.batch % self.loss_every == 0 and state.loss is not None:
+            self.bar.set_postfix(epoch=state.timestamp.epoch, loss=f"{float(state.loss.detach()):.4f}", refresh=False)
+
+    def fit_end(self, state: Any, logger: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def _batches_left(state: Any) -> Optional[int]:
+    """Batches until max_duration, when the dataloader's length makes it knowable."""
+    duration, ts, per_epoch = state.max_duration, state.timestamp, state.dataloader_len
+    if duration.unit is TimeUnit.BATCH:
+        return max(duration.value - ts.batch, 0)
+    if duration.unit is TimeUnit.EPOCH and per_epoch:
+        return max(duration.value * per_epoch - ts.epoch * per_epoch - ts.batch_in_epoch, 0)
+    return None

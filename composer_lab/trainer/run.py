@@ -1,0 +1,80 @@
+"""A run folder: the record of one training run, to compare runs side by side.
+
+Layout: ``config.json`` (name and settings), ``metrics.parquet`` (the logger's tidy metrics)
+and ``trace/`` (:meth:`Trace.save`: events, invocations and notes as parquet).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Union
+
+import pandas as pd
+
+from composer_lab.core.trace import Trace
+
+__all__ = ["Run", "RUN_FORMAT"]
+
+RUN_FORMAT = "composer_lab.run/1"
+
+
+@dataclass
+class Run:
+    """One run: its ``name``, ``config`` (JSON-ready settings), ``trace`` and ``metrics``."""
+
+    name: str
+    config: dict[str, Any]
+    trace: Trace
+    metrics: pd.DataFrame = field(repr=False)
+
+    def save(self, folder: Union[str, os.PathLike], overwrite: bool = False) -> Path:
+        """Write the run to ``folder``; a folder that holds another run (or other files) is
+        only replaced with ``overwrite=True``."""
+        folder = Path(folder)
+        if folder.exists() and not overwrite:
+            _refuse_foreign(folder, self.name)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "config.json").write_text(json.dumps(
+            {"format": RUN_FORMAT, "name": self.name, "config": self.config}, indent=2, default=str))
+        self.metrics.to_parquet(folder / "metrics.parquet", index=False)
+        self.trace.save(folder / "trace")
+        return folder
+
+    @classmethod
+    def load(cls, folder: Union[str, os.PathLike]) -> "Run":
+        """Read a run written by :meth:`save`."""
+        folder = Path(folder)
+        info = _read_config(folder)
+        if info is None:
+            raise FileNotFoundError(f"{folder} is not a run folder (no config.json from Run.save); write one "
+                                    f"with trainer.to_run().save(folder) or `composer-lab run`")
+        return cls(info["name"], info.get("config", {}), Trace.load(folder / "trace"),
+                   pd.read_parquet(folder / "metrics.parquet"))
+
+
+def _read_config(folder: Path) -> Any:
+    path = folder / "config.json"
+    if not path.is_file():
+        return None
+    try:
+        info = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return {}
+    return info if isinstance(info, dict) else {}
+
+
+def _refuse_foreign(folder: Path, name: str) -> None:
+    if not folder.is_dir():
+        raise ValueError(f"cannot save run {name!r} to {folder}: it is a file; choose a folder path")
+    info = _read_config(folder)
+    if info is None and not any(folder.iterdir()):
+        return
+    if info is None or info.get("format") != RUN_FORMAT:
+        raise ValueError(f"cannot save run {name!r} to {folder}: the folder holds other files; choose an "
+                         f"empty or new folder, or pass overwrite=True to write over it")
+    if info.get("name") != name:
+        raise ValueError(f"cannot save run {name!r} to {folder}: it holds the run {info.get('name')!r}; "
+                         f"choose another folder, or pass overwrite=True to replace that run")

@@ -1,0 +1,470 @@
+"""The Trainer: the fit / eval / predict loops, firing every event where the seeds place it."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Callable, Optional, Sequence, Union
+
+import torch
+
+from composer_lab.core.algorithm import Algorithm
+from composer_lab.core.callback import Callback
+from composer_lab.core.engine import Engine
+from composer_lab.core.event import Event
+from composer_lab.core.logger import Logger
+from composer_lab.core.state import State
+from composer_lab.core.time import Time, Timestamp, TimeUnit, ensure_time
+from composer_lab.core.trace import Trace
+from composer_lab.trainer.adapter import ModelAdapter
+from composer_lab.trainer.batching import batch_size, batch_targets, split_batch
+from composer_lab.trainer.checkpoint import (CheckpointError, CheckpointSaver, frame_from_bytes, frame_to_bytes,
+                                             load_checkpoint)
+from composer_lab.trainer.devices import make_grad_scaler, move_to_device, resolve_device, resolve_precision
+from composer_lab.trainer.interval import Interval
+from composer_lab.trainer.metrics import EvalMetrics
+from composer_lab.trainer.progress import ProgressBar
+from composer_lab.trainer.rng import load_rng_state, preserved_rng, rng_state, seed_all, seed_epoch_shuffle
+
+__all__ = ["Trainer", "DEFAULT_LR", "THROUGHPUT_EVERY"]
+
+DEFAULT_LR = 0.05
+"""Learning rate of the default optimizer, SGD with momentum 0.9."""
+THROUGHPUT_EVERY = 50
+"""'throughput/samples_per_sec' is logged every this many batches (host timings) and at epoch ends."""
+
+
+class Trainer:
+    """Trains ``model`` on ``train_dataloader`` for ``max_duration``, running ``algorithms``
+    and ``callbacks`` through an :class:`Engine` at every event.
+
+    Args:
+        model: an ``nn.Module`` used with ``loss_fn(outputs, targets)``, or an ``nn.Module``
+            with ``forward(batch)`` and ``loss(outputs, batch)`` (then ``loss_fn`` is None).
+        train_dataloader: yields ``(input, target)`` pairs or dicts with 'input' and 'target'.
+        max_duration: how long :meth:`fit` trains, e.g. '3ep', '600ba', '10000sp'.
+        optimizers: default SGD(lr=:data:`DEFAULT_LR`, momentum=0.9), built after INIT so
+            model surgery is seen. schedulers: stepped after every optimizer step.
+        eval_dataloader, eval_interval: evaluate every '1ep' or 'Nba' during fit.
+        algorithm_passes: extra passes for the engine (``f``, ``(f, index)`` or a list).
+        device: 'cpu' or 'gpu'; None picks cuda when available. precision: 'fp32',
+            'amp_bf16' or 'amp_fp16' (autocast; fp16 adds a GradScaler).
+        device_train_microbatch_size: split each batch into microbatches of this many examples;
+            gradients accumulate to those of the whole batch.
+        seed: seeds every generator, so two runs with one seed are identical.
+        save_folder, save_interval: write checkpoints there every '1ep' / 'Nba'.
+        load_path: resume from this checkpoint.
+        trace: 'all', 'ran' or 'off' (see :data:`~composer_lab.core.trace.TRACE_LEVELS`).
+        progress_bar: show a tqdm.auto bar. run_name: names the run (default: the start time).
+    """
+
+    def __init__(self, model: torch.nn.Module, train_dataloader: Any, max_duration: Union[str, Time],
+                 loss_fn: Optional[Callable[..., torch.Tensor]] = None, optimizers: Any = None,
+                 schedulers: Any = None, eval_dataloader: Any = None, eval_interval: Union[str, Time] = "1ep",
+                 algorithms: Sequence[Algorithm] = (), callbacks: Sequence[Callback] = (),
+                 algorithm_passes: Any = None, device: Union[str, torch.device, None] = None,
+                 precision: Optional[str] = None, device_train_microbatch_size: Optional[int] = None,
+                 seed: int = 0, save_folder: Union[str, os.PathLike, None] = None,
+                 save_interval: Union[str, Time] = "1ep", load_path: Union[str, os.PathLike, None] = None,
+                 trace: Union[str, Trace] = "all", progress_bar: bool = True,
+                 run_name: Optional[str] = None) -> None:
+        seed_all(seed)
+        self.adapter = ModelAdapter(model, loss_fn)
+        _check_dataloader(train_dataloader, "train_dataloader")
+        if eval_dataloader is not None:
+            _check_dataloader(eval_dataloader, "eval_dataloader")
+        algorithms = _check_items(algorithms, Algorithm, "algorithms", "an Algorithm instance, e.g. "
+                                  "LabelSmoothing(0.1)")
+        user_callbacks = _check_items(callbacks, Callback, "callbacks", "a Callback instance")
+        self.microbatch_size = _check_microbatch_size(device_train_microbatch_size)
+        device = resolve_device(device)
+        precision = resolve_precision(precision, device)
+        self.eval_interval = Interval(eval_interval, "eval_interval")
+        self.eval_dataloader = eval_dataloader
+        run_name = run_name or time.strftime("run-%Y%m%d-%H%M%S-") + f"{time.time_ns() // 1_000_000 % 1000:03d}"
+
+        self.state = State(model, max_duration, optimizers=optimizers, schedulers=schedulers,
+                           dataloader=train_dataloader, algorithms=algorithms, precision=precision,
+                           device=device, seed=seed, run_name=run_name)
+        self.state.loss_fn = loss_fn
+        self.logger = Logger(self.state)
+        self.engine = Engine(self.state, self.logger, algorithm_passes, trace)
+        self.progress_bar = ProgressBar() if progress_bar else None
+        self.checkpoint_saver = (CheckpointSaver(save_folder, Interval(save_interval, "save_interval"),
+                                                 self.checkpoint_payload) if save_folder is not None else None)
+        self.state.callbacks = [*user_callbacks, *[cb for cb in (self.progress_bar, self.checkpoint_saver) if cb]]
+        self.eval_metrics = EvalMetrics()
+        self.scaler = make_grad_scaler(precision, device)
+        self.resumed_from: Optional[dict[str, Any]] = None
+        self._batches: Optional[Any] = None
+        self._throughput_mark = (0, 0.0)
+
+        self.engine.run_event(Event.INIT)
+        self.state.model.to(device)
+        if not self.state.optimizers:
+            self.state.optimizers = [torch.optim.SGD(self.state.model.parameters(), lr=DEFAULT_LR, momentum=0.9)]
+        self.engine.run_event(Event.BEFORE_LOAD)
+        if load_path is not None:
+            self._load(load_path)
+        self.engine.run_event(Event.AFTER_LOAD)
+
+    # -- views --------------------------------------------------------------------------------
+    @property
+    def trace(self) -> Trace:
+        """The engine's trace of this run."""
+        return self.engine.trace
+
+    @property
+    def metrics(self) -> Any:
+        """The logged metrics: a tidy DataFrame (``batch``, ``epoch``, ``phase``, ``name``, ``value``)."""
+        return self.logger.metrics
+
+    @property
+    def checkpoints(self) -> list:
+        """Paths of the checkpoints written so far."""
+        return list(self.checkpoint_saver.saved) if self.checkpoint_saver else []
+
+    # -- fit ------------------------------------------------------------------------------------
+    def fit(self, duration: Union[str, Time, None] = None) -> None:
+        """Train until ``max_duration``; ``duration`` trains that much more (and extends
+        ``max_duration``), so ``fit`` can be called again to continue."""
+        state, run = self.state, self.engine.run_event
+        if duration is not None:
+            state.max_duration = _extended(state.max_duration, state.timestamp, duration)
+        run(Event.FIT_START)
+        self._throughput_mark = (state.timestamp.sample, time.perf_counter())
+        while not self._reached_max_duration():
+            self._train_epoch()
+        run(Event.FIT_END)
+
+    def _reached_max_duration(self) -> bool:
+        duration = self.state.max_duration
+        return self.state.timestamp.get(duration.unit) >= duration.value
+
+    def _train_epoch(self) -> None:
+        state, run = self.state, self.engine.run_event
+        if self._batches is None and state.timestamp.batch_in_epoch == 0:
+            run(Event.EPOCH_START)
+        batches = self._epoch_batches()
+        device = state.device
+        per_epoch = state.dataloader_len
+        by_epoch = state.max_duration.unit is TimeUnit.EPOCH
+        while True:
+            run(Event.BEFORE_DATALOADER)
+            batch = next(batches, None)
+            if batch is None:
+                break
+            state.batch = move_to_device(batch, device)
+            run(Event.AFTER_DATALOADER)
+            samples = batch_size(state.batch)
+            run(Event.BATCH_START)
+            self._train_batch(samples)
+            state.timestamp = state.timestamp.to_next_batch(samples)
+            run(Event.BATCH_END)
+            if self.eval_dataloader is not None and self.eval_interval.due_after_batch(state.timestamp):
+                self._evaluate()
+            run(Event.BATCH_CHECKPOINT)
+            epoch_done = per_epoch is not None and state.timestamp.batch_in_epoch >= per_epoch
+            if not by_epoch and not epoch_done and self._reached_max_duration():
+                return  # stop mid-epoch; the next fit continues this epoch
+        self._batches = None
+        if state.timestamp.batch_in_epoch == 0:
+            raise ValueError("train_dataloader yielded no batches this epoch; give it at least one batch "
+                             "(check the dataset's length, batch_size and drop_last)")
+        self._log_throughput()
+        state.timestamp = state.timestamp.to_next_epoch()
+        run(Event.EPOCH_END)
+        if self.eval_dataloader is not None and self.eval_interval.due_after_epoch(state.timestamp):
+            self._evaluate()
+        run(Event.EPOCH_CHECKPOINT)
+
+    def _epoch_batches(self) -> Any:
+        """This epoch's batch iterator; a resumed epoch skips the batches already trained.
+        Creating it leaves the global generators as they were."""
+        if self._batches is None:
+            state = self.state
+            with preserved_rng():
+                seed_epoch_shuffle(state.dataloader, state.seed, state.timestamp.epoch)
+                batches = iter(state.dataloader)
+                for _ in range(state.timestamp.batch_in_epoch):
+                    next(batches, None)
+            self._batches = batches
+        return self._batches
+
+    def _train_batch(self, samples: int) -> None:
+        """Forward, loss and backward per microbatch, then the optimizer step."""
+        state, run, adapter, scaler = self.state, self.engine.run_event, self.adapter, self.scaler
+        run(Event.BEFORE_TRAIN_BATCH)
+        for optimizer in state.optimizers:
+            optimizer.zero_grad(set_to_none=True)
+        full_batch = state.batch
+        size = self.microbatch_size
+        microbatches = [full_batch] if size is None or size >= samples else split_batch(full_batch, size)
+        create_graph = any(a.backwards_create_graph for a in state.algorithms) if state.algorithms else False
+        total_loss = None
+        for index, microbatch in enumerate(microbatches):
+            state.microbatch = index
+            state.batch = microbatch
+            run(Event.BEFORE_FORWARD)
+            with state.precision_context():
+                state.outputs = adapter.forward(state.model, state.batch)
+            run(Event.AFTER_FORWARD)
+            run(Event.BEFORE_LOSS)
+            with state.precision_context():
+                state.loss = adapter.loss(state.model, state.outputs, state.batch)
+            run(Event.AFTER_LOSS)
+            run(Event.BEFORE_BACKWARD)
+            loss = state.loss
+            if len(microbatches) > 1:
+                loss = loss * (batch_size(microbatch) / samples)
+            (scaler.scale(loss) if scaler is not None else loss).backward(create_graph=create_graph)
+            run(Event.AFTER_BACKWARD)
+            total_loss = loss.detach() if total_loss is None else total_loss + loss.detach()
+        state.microbatch = None
+        if len(microbatches) > 1:
+            state.batch = full_batch
+        if scaler is not None:
+            for optimizer in state.optimizers:
+                scaler.unscale_(optimizer)
+        run(Event.AFTER_TRAIN_BATCH)
+        for optimizer in state.optimizers:
+            if scaler is not None:
+                scaler.step(optimizer)
+            else:
+                optimizer.step()
+        if scaler is not None:
+            scaler.update()
+        for scheduler in state.schedulers:
+            scheduler.step()
+        self.logger.log_metrics({"loss/train": total_loss, "lr": state.optimizers[0].param_groups[0]["lr"]},
+                                phase="fit")
+        if (state.timestamp.batch + 1) % THROUGHPUT_EVERY == 0:
+            self._log_throughput(samples)
+
+    def _log_throughput(self, pending: int = 0) -> None:
+        """Samples per second since the last mark, from host timings (no device sync)."""
+        sample, start = self._throughput_mark
+        now = time.perf_counter()
+        done = self.state.timestamp.sample + pending - sample
+        if done > 0 and now > start:
+            self.logger.log_metrics({"throughput/samples_per_sec": done / (now - start)}, phase="fit")
+        self._throughput_mark = (self.state.timestamp.sample + pending, now)
+
+    # -- eval -----------------------------------------------------------------------------------
+    def eval(self, eval_dataloader: Any = None) -> dict[str, float]:
+        """Evaluate now on ``eval_dataloader`` (default: the trainer's), between
+        EVAL_STANDALONE_START and EVAL_STANDALONE_END; returns the metrics as floats."""
+        dataloader = eval_dataloader if eval_dataloader is not None else self.eval_dataloader
+        if dataloader is None:
+            raise ValueError("eval() needs data: pass Trainer(eval_dataloader=...) or trainer.eval(dataloader)")
+        _check_dataloader(dataloader, "eval_dataloader")
+        self.engine.run_event(Event.EVAL_STANDALONE_START)
+        results = self._evaluate(dataloader)
+        self.engine.run_event(Event.EVAL_STANDALONE_END)
+        return {name: float(value) for name, value in results.items()}
+
+    def _evaluate(self, dataloader: Any = None) -> dict[str, torch.Tensor]:
+        """One evaluation: EVAL_BEFORE_ALL, the eval loop, EVAL_AFTER_ALL."""
+        run = self.engine.run_event
+        run(Event.EVAL_BEFORE_ALL)
+        results = self._eval_loop(dataloader if dataloader is not None else self.eval_dataloader)
+        run(Event.EVAL_AFTER_ALL)
+        return results
+
+    def _eval_loop(self, dataloader: Any) -> dict[str, torch.Tensor]:
+        state, run, adapter, metrics = self.state, self.engine.run_event, self.adapter, self.eval_metrics
+        run(Event.EVAL_START)
+        metrics.reset()
+        model = state.model
+        was_training = model.training
+        model.eval()
+        seen = 0
+        try:
+            with preserved_rng(), torch.no_grad():
+                for batch in dataloader:
+                    state.batch = move_to_device(batch, state.device)
+                    run(Event.EVAL_BATCH_START)
+                    run(Event.EVAL_BEFORE_FORWARD)
+                    with state.precision_context():
+                        state.outputs = adapter.forward(state.model, state.batch)
+                        state.loss = adapter.loss(state.model, state.outputs, state.batch)
+                    run(Event.EVAL_AFTER_FORWARD)
+                    metrics.update(state.outputs, batch_targets(state.batch), state.loss, batch_size(state.batch))
+                    run(Event.EVAL_BATCH_END)
+                    seen += 1
+        finally:
+            model.train(was_training)
+        if not seen:
+            raise ValueError("eval_dataloader yielded no batches; give it at least one batch")
+        results = metrics.compute()
+        self.logger.log_metrics(results, phase="eval")
+        run(Event.EVAL_END)
+        return results
+
+    # -- predict --------------------------------------------------------------------------------
+    def predict(self, dataloader: Any) -> list:
+        """The model's outputs (detached, on the device) for each batch of ``dataloader``."""
+        _check_dataloader(dataloader, "dataloader")
+        state, run, adapter = self.state, self.engine.run_event, self.adapter
+        outputs = []
+        model = state.model
+        was_training = model.training
+        model.eval()
+        run(Event.PREDICT_START)
+        try:
+            with preserved_rng(), torch.no_grad():
+                for batch in dataloader:
+                    state.batch = move_to_device(batch, state.device)
+                    run(Event.PREDICT_BATCH_START)
+                    run(Event.PREDICT_BEFORE_FORWARD)
+                    with state.precision_context():
+                        state.outputs = adapter.forward(state.model, state.batch)
+                    run(Event.PREDICT_AFTER_FORWARD)
+                    outputs.append(state.outputs)
+                    run(Event.PREDICT_BATCH_END)
+        finally:
+            model.train(was_training)
+        run(Event.PREDICT_END)
+        return outputs
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def checkpoint_payload(self) -> dict[str, Any]:
+        """Everything a resumed run needs, in types ``torch.load(weights_only=True)`` reads."""
+        state, trace = self.state, self.trace
+        return {
+            "run_name": state.run_name,
+            "seed": state.seed,
+            "max_duration": str(state.max_duration),
+            "model": state.model.state_dict(),
+            "optimizers": [o.state_dict() for o in state.optimizers],
+            "schedulers": [s.state_dict() for s in state.schedulers],
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+            "timestamp": state.timestamp.state_dict(),
+            "rng": rng_state(),
+            "generators": state.generator_states(),
+            "algorithms": [{"name": trace.label(a), "cls": type(a).__name__, "state": a.state_dict()}
+                           for a in state.algorithms],
+            "callbacks": [cb.state_dict() for cb in state.callbacks],
+            "metrics": frame_to_bytes(self.metrics),
+            "trace": {name: frame_to_bytes(getattr(trace, name)) for name in ("events", "invocations", "notes")},
+        }
+
+    def _load(self, path: Union[str, os.PathLike]) -> None:
+        """Restore a checkpoint: weights, optimizers, schedulers, scaler, timestamp, generators,
+        algorithm and callback state, and the metrics logged before it."""
+        ckpt = load_checkpoint(path, map_location=self.state.device)
+        state = self.state
+        try:
+            state.model.load_state_dict(ckpt["model"])
+        except RuntimeError as err:
+            raise CheckpointError(f"checkpoint {str(path)!r} does not fit this model: {str(err).splitlines()[0]}; "
+                                  f"build the same model, with the same surgery algorithms, as the run that "
+                                  f"wrote it") from None
+        _load_each(state.optimizers, ckpt["optimizers"], "optimizers", path)
+        _load_each(state.schedulers, ckpt["schedulers"], "schedulers", path)
+        if self.scaler is not None and ckpt.get("scaler"):
+            self.scaler.load_state_dict(ckpt["scaler"])
+        saved = {entry["name"]: entry for entry in ckpt["algorithms"]}
+        for algo in state.algorithms:
+            entry = saved.get(self.trace.label(algo))
+            if entry is not None:
+                algo.load_state_dict(entry["state"])
+            elif algo.required_on_load():
+                raise CheckpointError(f"checkpoint {str(path)!r} has no state for {self.trace.label(algo)}, "
+                                      f"which needs it to resume; resume with the algorithms the run used")
+        for cb, cb_state in zip(state.callbacks, ckpt.get("callbacks", [])):
+            cb.load_state_dict(cb_state)
+        state.timestamp = Timestamp.from_state_dict(ckpt["timestamp"])
+        state.load_generator_states(ckpt.get("generators", {}))
+        load_rng_state(ckpt["rng"])
+        self.logger.load_metrics(frame_from_bytes(ckpt["metrics"]))
+        self.resumed_from = {"path": str(path),
+                             "trace": {k: frame_from_bytes(v) for k, v in ckpt["trace"].items()}}
+        ts = state.timestamp
+        self.trace.note("load", f"resumed from {path} at epoch {ts.epoch}, batch {ts.batch}", ts)
+
+    # -- run record -----------------------------------------------------------------------------
+    @property
+    def config(self) -> dict[str, Any]:
+        """The settings of this run, as JSON-ready values."""
+        state = self.state
+        return {
+            "run_name": state.run_name,
+            "model": type(state.model).__name__,
+            "loss_fn": getattr(state.loss_fn, "__name__", repr(state.loss_fn)) if state.loss_fn else None,
+            "max_duration": str(state.max_duration),
+            "optimizers": [type(o).__name__ for o in state.optimizers],
+            "lr": state.optimizers[0].param_groups[0]["lr"] if state.optimizers else None,
+            "schedulers": [type(s).__name__ for s in state.schedulers],
+            "algorithms": [repr(a) for a in state.algorithms],
+            "passes": [getattr(p, "__name__", repr(p)) for p in self.engine.passes],
+            "device": str(state.device),
+            "precision": state.precision,
+            "device_train_microbatch_size": self.microbatch_size,
+            "seed": state.seed,
+            "eval_interval": str(self.eval_interval.time),
+            "batch_size": getattr(state.dataloader, "batch_size", None),
+            "trace": self.trace.level,
+        }
+
+    def to_run(self) -> Any:
+        """This run as a :class:`~composer_lab.trainer.run.Run` (config, trace, metrics)."""
+        from composer_lab.trainer.run import Run
+        return Run(self.state.run_name, self.config, self.trace, self.metrics)
+
+    def close(self) -> None:
+        """Close the callbacks (progress bar, files)."""
+        self.engine.close()
+
+
+def _extended(max_duration: Time, ts: Timestamp, duration: Union[str, Time]) -> Time:
+    """``max_duration`` moved to ``duration`` past the current timestamp."""
+    more = ensure_time(duration, "duration")
+    if more.unit is TimeUnit.DURATION:
+        raise ValueError(f"duration: fit({str(more)!r}) needs an amount to train, in epochs, batches or samples, "
+                         f"e.g. fit('1ep')")
+    return Time(ts.get(more.unit) + more.value, more.unit)
+
+
+def _check_dataloader(dataloader: Any, name: str) -> None:
+    if dataloader is None or not hasattr(dataloader, "__iter__"):
+        raise TypeError(f"{name} must be an iterable of batches such as a torch DataLoader, got "
+                        f"{type(dataloader).__name__}")
+    try:
+        length = len(dataloader)
+    except TypeError:
+        return
+    if length == 0:
+        raise ValueError(f"{name} is empty (0 batches); give it data, or lower batch_size / set "
+                         f"drop_last=False if the dataset is smaller than one batch")
+
+
+def _check_items(items: Any, cls: type, name: str, expected: str) -> list:
+    if items is None:
+        return []
+    if isinstance(items, cls):
+        items = [items]
+    items = list(items)
+    for i, item in enumerate(items):
+        if isinstance(item, type) and issubclass(item, cls):
+            raise TypeError(f"{name}[{i}] is the class {item.__name__}, not an instance; write {item.__name__}(...)")
+        if not isinstance(item, cls):
+            raise TypeError(f"{name}[{i}] is {type(item).__name__} {item!r}; each entry must be {expected}")
+    return items
+
+
+def _check_microbatch_size(size: Any) -> Optional[int]:
+    if size is None:
+        return None
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ValueError(f"device_train_microbatch_size must be a positive integer (examples per microbatch) "
+                         f"or None for whole batches, got {size!r}")
+    return size
+
+
+def _load_each(objects: list, states: list, name: str, path: Any) -> None:
+    if len(objects) != len(states):
+        raise CheckpointError(f"checkpoint {str(path)!r} holds {len(states)} {name} but the trainer has "
+                              f"{len(objects)}; pass the same {name} as the run that wrote it")
+    for obj, obj_state in zip(objects, states):
+        obj.load_state_dict(obj_state)

@@ -1,0 +1,116 @@
+"""A real JupyterLab in headless Chromium: run the lab notebook, click, check the kernel.
+
+Needs Debian's chromium (/usr/bin/chromium) and the playwright Python package; `.ci/run`
+installs both. The screenshot is saved in the test's tmp dir (its path is printed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+NOTEBOOK = Path(__file__).with_name("browser_lab.ipynb")
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+_KERNEL_EXEC = """async (code) => {
+  const kernel = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
+  const future = kernel.requestExecute({code});
+  let out = '';
+  future.onIOPub = (msg) => {
+    if (msg.header.msg_type === 'stream') { out += msg.content.text; }
+    if (msg.header.msg_type === 'error') { out += msg.content.ename + ': ' + msg.content.evalue; }
+  };
+  await future.done;
+  return out;
+}"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def jupyter(tmp_path):
+    """A throw-away JupyterLab on 127.0.0.1 serving a copy of the fixture notebook."""
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} is missing: install Debian's chromium (apt-get install -y chromium), as .ci/run does")
+    pytest.importorskip("playwright", reason="pip install playwright (no browser download needed)")
+    root = tmp_path / "nb"
+    root.mkdir()
+    shutil.copy(NOTEBOOK, root / NOTEBOOK.name)
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root", "--ServerApp.ip=127.0.0.1",
+         f"--ServerApp.port={port}", "--ServerApp.port_retries=0", "--IdentityProvider.token=",
+         "--ServerApp.password=", "--ServerApp.disable_check_xsrf=True", f"--ServerApp.root_dir={root}",
+         f"--LabApp.workspaces_dir={tempfile.mkdtemp(dir=tmp_path)}", "--LabApp.expose_app_in_browser=True"],
+        stdout=subprocess.DEVNULL, stderr=open(tmp_path / "jupyter.log", "w"), cwd=root)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(120):
+            try:
+                urllib.request.urlopen(f"{url}/api/status", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            pytest.fail(f"JupyterLab did not start; see {tmp_path / 'jupyter.log'}")
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_unticking_and_moving_a_pass_in_the_browser_changes_the_engine(jupyter, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(f"{jupyter}/lab/tree/{NOTEBOOK.name}?reset")
+        page.wait_for_function("() => window.jupyterapp?.shell?.currentWidget?.sessionContext?.session?.kernel"
+                               "?.status === 'idle'", timeout=120_000)
+        page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+        page.wait_for_selector(".cl-lab", timeout=120_000)
+
+        def kernel(code: str) -> str:
+            return page.evaluate(_KERNEL_EXEC, code)
+
+        before = json.loads(kernel("import json; print(json.dumps([type(a).__name__ for a in trainer.state.algorithms]))"))
+        assert before == ["SelectiveBackprop", "LabelSmoothing"]
+
+        page.click(".cl-algorithm-LabelSmoothing input[type=checkbox]")
+        page.click(".cl-pass-up-sort_selective_backprop_first")
+        page.wait_for_selector(".cl-pass-down-set_filo_order")  # the rows were rebuilt
+        code = ("print(json.dumps({'algorithms': [type(a).__name__ for a in trainer.state.algorithms], "
+                "'passes': [p.__name__ for p in trainer.engine.passes], "
+                "'notes': list(trainer.trace.notes['text'])}))")
+        for _ in range(50):  # the clicks reach the kernel as comm messages, shortly after
+            after = json.loads(kernel(code))
+            if len(after["notes"]) == 2:
+                break
+            time.sleep(0.1)
+        assert after["algorithms"] == ["SelectiveBackprop"]
+        assert after["passes"][:2] == ["sort_selective_backprop_first", "set_filo_order"]
+        assert after["notes"][0] == "LabelSmoothing off"
+        preview = page.inner_text(".cl-order-preview")
+        assert "SelectiveBackprop" in preview and "LabelSmoothing" not in preview
+        shot = tmp_path / "lab.png"
+        page.screenshot(path=str(shot), full_page=True)
+        print(f"screenshot: {shot}")
+        browser.close()
+    assert shot.stat().st_size > 0

@@ -1,0 +1,170 @@
+"""The plots, conflicts and run diff, on real small Trainer runs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.figure import Figure
+
+from composer_lab.algorithms.selective_backprop import SelectiveBackprop
+from composer_lab.core import set_filo_order
+from composer_lab.lab import (Control, diff_runs, find_conflicts, plot_algorithm_events, plot_keep_ratio,
+                              plot_loss, plot_runs, plot_timeline, run_data)
+from composer_lab.lab.conflicts import ConflictView
+from conftest import Mix, Smooth, make_trainer
+
+
+def sb():
+    return SelectiveBackprop(start=0.25, end=0.75, keep=0.5, scale_factor=1.0, interrupt=2)
+
+
+@pytest.fixture(scope="module")
+def trained():
+    trainer = make_trainer([sb(), Mix(), Smooth()], max_duration="12ba", run_name="base")
+    trainer.fit()
+    return trainer
+
+
+@pytest.fixture(scope="module")
+def other():
+    """The same experiment without Smooth and with FILO as the last pass: SB runs after Mix."""
+    trainer = make_trainer([sb(), Mix()], max_duration="12ba", run_name="other")
+    trainer.engine.passes = [p for p in trainer.engine.passes if p is not set_filo_order] + [set_filo_order]
+    trainer.fit()
+    return trainer
+
+
+def lines(ax):
+    return {line.get_label(): line for line in ax.get_lines()}
+
+
+def test_plot_loss_draws_train_per_step_and_eval_per_evaluation(trained, other):
+    fig = plot_loss(trained)
+    assert isinstance(fig, Figure) and len(fig.axes) == 1
+    ax = fig.axes[0]
+    drawn = lines(ax)
+    m = trained.metrics
+    train = m[m["name"] == "loss/train"].groupby("batch")["value"].mean()
+    np.testing.assert_allclose(drawn["base train"].get_ydata(), train.values)
+    evals = m[m["name"] == "loss/eval"]
+    assert list(drawn["base eval"].get_xdata()) == sorted(evals["batch"].unique())
+    assert ax.get_xlabel() == "batch" and ax.get_ylabel() == "loss"
+    overlaid = lines(plot_loss(trained, other).axes[0])
+    assert {"base train", "base eval", "other train", "other eval"} <= set(overlaid)
+
+
+def test_plot_loss_marks_changes_made_from_the_lab():
+    trainer = make_trainer([Mix()], max_duration="6ba")
+    control = Control(trainer)
+    trainer.fit("3ba")
+    control.set_enabled("Mix", False)
+    trainer.fit("3ba")
+    ax = plot_loss(trainer).axes[0]
+    marks = [line for line in ax.get_lines() if line.get_linestyle() == ":"]
+    assert len(marks) == 1 and marks[0].get_xdata()[0] == 3
+    assert "Mix off" in [t.get_text() for t in ax.texts]
+
+
+def test_plot_keep_ratio_shades_the_interval_and_shows_plain_steps(trained, tmp_path):
+    fig = plot_keep_ratio(trained)
+    ax = fig.axes[0]
+    drawn = lines(ax)
+    ratio = trained.metrics[trained.metrics["name"] == "sb/keep_ratio"].set_index("batch")["value"]
+    assert list(drawn["selective step"].get_xdata()) == list(ratio.index[ratio < 1])
+    assert list(drawn["plain step"].get_xdata()) == list(ratio.index[ratio == 1])
+    assert set(drawn["selective step"].get_xdata()) == {4, 6, 8}  # [3, 9) of 12 batches, even batches of the epoch
+    (span,) = ax.patches
+    assert (span.get_x(), span.get_x() + span.get_width()) == (3, 9)
+    saved = trained.to_run().save(tmp_path / "run")
+    (saved_span,) = plot_keep_ratio(saved).axes[0].patches
+    assert (saved_span.get_x(), saved_span.get_x() + saved_span.get_width()) == (3, 9)
+
+
+def test_plot_timeline_shows_the_chosen_steps_with_one_lane_per_algorithm(trained):
+    fig = plot_timeline(trained, steps=[5])
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels[0] == "events" and {"SelectiveBackprop", "Mix", "Smooth"} <= set(labels)
+    assert "steps [5]" in ax.get_title()
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend[:2] == ["before_dataloader", "after_dataloader"] and "before_forward" in legend
+    assert "step 5" in [t.get_text() for t in ax.texts]
+    with pytest.raises(ValueError, match="steps \\[99\\] are not in the trace"):
+        plot_timeline(trained, steps=[99])
+
+
+def test_plot_algorithm_events_counts_calls_per_event(trained):
+    fig = plot_algorithm_events(trained)
+    calls_ax = fig.axes[0]
+    events = [t.get_text() for t in calls_ax.get_xticklabels()]
+    names = [t.get_text() for t in calls_ax.get_yticklabels()]
+    table = calls_ax.get_images()[0].get_array()
+    inv = trained.trace.invocations
+    ran = inv[inv["matched"] & (inv["kind"] == "algorithm")]
+    expected = ran.assign(event=ran["event"].astype(str), name=ran["name"].astype(str)).groupby(
+        ["name", "event"]).size()
+    for (name, event), count in expected.items():
+        assert table[names.index(name), events.index(event)] == count
+    assert table[names.index("Smooth"), events.index("before_loss")] == 12
+    assert fig.axes[1].get_title() == "total time (ms)"
+
+
+def test_diff_runs_finds_moved_and_vanished_calls(trained, other):
+    diff = diff_runs(trained, other)
+    at = diff[(diff["event"] == "after_dataloader")]
+    assert set(at.loc[at["name"] == "Mix", "status"]) == {"moved"}
+    assert set(diff.loc[diff["name"] == "Smooth", "status"]) == {"vanished"}
+    assert set(diff.loc[diff["event"] == "before_forward", "status"]) <= {"same"}
+    same = diff_runs(trained, trained)
+    assert set(same["status"]) == {"same"}
+
+
+def test_plot_runs_overlays_losses_and_counts_the_differences(trained, other):
+    fig = plot_runs(trained, other)
+    loss_ax, diff_ax = fig.axes
+    assert {"base train", "other train"} <= set(lines(loss_ax))
+    legend = [t.get_text() for t in diff_ax.get_legend().get_texts()]
+    assert legend == ["moved", "appeared", "vanished"]
+    events = [t.get_text() for t in diff_ax.get_yticklabels()]
+    assert "after_dataloader" in events and "before_loss" in events
+
+
+def test_conflicts_pair_algorithms_changing_the_same_field_with_the_deciding_pass(trained):
+    control = Control(trained)
+    table = find_conflicts(trained, control)
+    row = table[(table["event"] == "after_dataloader") & (table["field"] == "batch")].iloc[0]
+    assert (row["first"], row["second"]) == ("SelectiveBackprop", "Mix")
+    assert row["times"] == 3 and (row["first_batch"], row["last_batch"]) == (4, 8)
+    assert row["pass"] == "sort_selective_backprop_first"
+    assert find_conflicts(trained.to_run())["pass"].isna().all()
+    view = ConflictView(trained, control)
+    assert "SelectiveBackprop &rarr; Mix" in view.table.value
+
+
+def test_conflicts_in_the_other_order_are_decided_by_filo(other):
+    table = find_conflicts(other, Control(other))
+    row = table[table["event"] == "after_dataloader"].iloc[0]
+    assert (row["first"], row["second"], row["pass"]) == ("Mix", "SelectiveBackprop", "set_filo_order")
+
+
+def test_run_data_reads_folders_and_frames_and_rejects_the_rest(trained, tmp_path):
+    folder = trained.to_run().save(tmp_path / "r")
+    data = run_data(folder)
+    assert data.name == "base" and len(data.invocations) == len(trained.trace.invocations)
+    assert run_data(trained.metrics).metrics is trained.metrics
+    assert run_data(trained.trace.events).events is trained.trace.events
+    with pytest.raises(TypeError, match="cannot read a run from object"):
+        run_data(object())
+    with pytest.raises(ValueError, match="cannot tell what this DataFrame is"):
+        run_data(pd.DataFrame({"x": [1]}))
+    with pytest.raises(ValueError, match="unknown frames"):
+        run_data({"loss": trained.metrics})
+    with pytest.raises(ValueError, match="is not a folder"):
+        run_data(tmp_path / "missing")
+    with pytest.raises(ValueError, match="logged no 'loss/train'"):
+        plot_loss(trained.trace)
+    with pytest.raises(ValueError, match="logged no 'sb/keep_ratio'"):
+        plot_keep_ratio(trained.metrics[trained.metrics["name"] == "loss/train"])
+    with pytest.raises(ValueError, match="no run given"):
+        plot_loss()

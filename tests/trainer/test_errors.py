@@ -1,0 +1,140 @@
+"""Bad input gets a clear error that names the fix."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, IterableDataset
+
+from composer_lab import Event
+
+from tests.trainer.helpers import OnEvent, make_trainer, tiny_data, tiny_model
+
+
+@pytest.mark.parametrize("duration", ["3 ep", "ten epochs", "1.5ep", "0.5dur", ""])
+def test_bad_duration_string(duration):
+    with pytest.raises(ValueError, match="max_duration"):
+        make_trainer(max_duration=duration)
+
+
+def test_bad_fit_duration():
+    trainer = make_trainer()
+    with pytest.raises(ValueError, match="duration"):
+        trainer.fit("2 batches")
+    with pytest.raises(ValueError, match="fit\\('1ep'\\)"):
+        trainer.fit("0.5dur")
+
+
+def test_model_without_loss():
+    with pytest.raises(ValueError, match="pass loss_fn"):
+        make_trainer(loss_fn=None)
+
+
+def test_model_that_is_not_a_module():
+    with pytest.raises(TypeError, match="torch.nn.Module"):
+        make_trainer(model=lambda x: x)
+
+
+def test_loss_fn_that_is_not_callable():
+    with pytest.raises(TypeError, match="loss_fn must be a callable"):
+        make_trainer(loss_fn="cross_entropy")
+
+
+def test_non_algorithm_in_algorithms():
+    with pytest.raises(TypeError, match=r"algorithms\[1\] is str"):
+        make_trainer(algorithms=[OnEvent(Event.INIT), "label_smoothing"])
+
+
+def test_algorithm_class_instead_of_instance():
+    with pytest.raises(TypeError, match="not an instance; write OnEvent"):
+        make_trainer(algorithms=[OnEvent])
+
+
+def test_non_callback_in_callbacks():
+    with pytest.raises(TypeError, match="callbacks\\[0\\]"):
+        make_trainer(callbacks=[print])
+
+
+def test_empty_dataloader():
+    empty = DataLoader(tiny_data(4), batch_size=8, drop_last=True)
+    with pytest.raises(ValueError, match="train_dataloader is empty"):
+        make_trainer(train_dataloader=empty)
+    with pytest.raises(ValueError, match="eval_dataloader is empty"):
+        make_trainer(eval_dataloader=empty)
+
+
+class _Nothing(IterableDataset):
+    def __iter__(self):
+        return iter(())
+
+
+def test_dataloader_without_length_that_yields_nothing():
+    trainer = make_trainer(train_dataloader=DataLoader(_Nothing(), batch_size=4))
+    with pytest.raises(ValueError, match="yielded no batches"):
+        trainer.fit()
+
+
+def test_dataloader_that_is_not_iterable():
+    with pytest.raises(TypeError, match="train_dataloader must be an iterable"):
+        make_trainer(train_dataloader=42)
+
+
+def test_gpu_without_cuda(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="CUDA is not available.*device='cpu'"):
+        make_trainer(device="gpu")
+
+
+def test_unknown_device_and_precision():
+    with pytest.raises(ValueError, match="use 'cpu' or 'gpu'"):
+        make_trainer(device="tpu-ish")
+    with pytest.raises(ValueError, match="precision 'fp8'"):
+        make_trainer(precision="fp8")
+
+
+@pytest.mark.parametrize("size", [0, -2, 2.5, "4", True])
+def test_microbatch_size_not_a_positive_integer(size):
+    with pytest.raises(ValueError, match="device_train_microbatch_size must be a positive integer"):
+        make_trainer(device_train_microbatch_size=size)
+
+
+@pytest.mark.parametrize("name", ["eval_interval", "save_interval"])
+@pytest.mark.parametrize("value", ["0ep", "0.5dur", "100sp"])
+def test_bad_intervals(tmp_path, name, value):
+    with pytest.raises(ValueError, match=name):
+        make_trainer(save_folder=tmp_path, **{name: value})
+
+
+def test_bad_seed():
+    with pytest.raises(ValueError, match="seed must be a non-negative int"):
+        make_trainer(seed=-1)
+
+
+def test_eval_without_data():
+    with pytest.raises(ValueError, match="eval\\(\\) needs data"):
+        make_trainer().eval()
+
+
+def test_batches_without_targets_in_training():
+    loader = DataLoader(torch.randn(8, 6), batch_size=4)
+    trainer = make_trainer(train_dataloader=loader, model=tiny_model())
+    with pytest.raises(TypeError, match="has no target"):
+        trainer.fit()
+
+
+def test_dict_batch_without_input_key():
+    loader = DataLoader([{"x": x, "target": y} for x, y in tiny_data(8)], batch_size=4)
+    with pytest.raises(KeyError, match="need the key 'input'"):
+        make_trainer(train_dataloader=loader).fit()
+
+
+def test_exception_in_algorithm_propagates_and_is_in_the_trace():
+    def fail(state):
+        raise RuntimeError("broken on purpose")
+
+    trainer = make_trainer(algorithms=[OnEvent(Event.BEFORE_LOSS, fail)], loss_fn=nn.functional.cross_entropy)
+    with pytest.raises(RuntimeError, match="broken on purpose"):
+        trainer.fit()
+    errors = trainer.trace.invocations["error"].dropna()
+    assert errors.str.contains("broken on purpose").any()
