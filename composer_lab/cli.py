@@ -46,8 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def parse_algorithms(text: str) -> list:
-    """Instances of the algorithms named in ``text`` ('selective_backprop,label_smoothing')."""
+def parse_algorithms(text: str, fixed_input_size: bool = False) -> list:
+    """Instances of the algorithms named in ``text`` ('selective_backprop,label_smoothing').
+    ``fixed_input_size``: the model takes one input size only (the MLP), so Selective
+    Backprop scores full-size inputs (scale_factor=1) instead of downsampled ones."""
     from composer_lab.algorithms import ALGORITHMS
 
     names = [n.strip() for n in text.split(",") if n.strip()]
@@ -57,7 +59,8 @@ def parse_algorithms(text: str) -> list:
     if unknown:
         raise ValueError(f"unknown algorithm(s) {', '.join(unknown)}; choose from {', '.join(sorted(ALGORITHMS))} "
                          f"(comma-separated), or 'none'")
-    return [ALGORITHMS[n]() for n in names]
+    options = {"selective_backprop": {"scale_factor": 1.0}} if fixed_input_size else {}
+    return [ALGORITHMS[n](**options.get(n, {})) for n in names]
 
 
 def _build_model(name: str, example: torch.Tensor, num_classes: int) -> torch.nn.Module:
@@ -99,7 +102,7 @@ def run_command(args: argparse.Namespace) -> int:
     from composer_lab.trainer import Trainer
     from composer_lab.trainer.rng import seed_all
 
-    algorithms = parse_algorithms(args.algorithms)
+    algorithms = parse_algorithms(args.algorithms, fixed_input_size=args.model == "mlp")
     seed_all(args.seed)
     train, evaluation = DATASETS[args.data](batch_size=args.batch_size)
     x, y = train.dataset[0]

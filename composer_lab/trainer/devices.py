@@ -46,14 +46,17 @@ def resolve_precision(precision: Optional[str], device: torch.device) -> str:
 
 
 def move_to_device(batch: Any, device: torch.device) -> Any:
-    """``batch`` with every tensor on ``device`` (non-blocking from pinned memory); tensors
-    already there are returned as they are."""
+    """``batch`` with every tensor on ``device`` (non-blocking from pinned memory); a batch
+    already there is returned as it is (the same object)."""
     if isinstance(batch, torch.Tensor):
         return batch if batch.device == device else batch.to(device, non_blocking=True)
     if isinstance(batch, Mapping):
         return {k: move_to_device(v, device) for k, v in batch.items()}
     if isinstance(batch, (tuple, list)):
-        return type(batch)(move_to_device(v, device) for v in batch)
+        moved = [move_to_device(v, device) for v in batch]
+        if all(m is v for m, v in zip(moved, batch)):
+            return batch
+        return type(batch)(moved)
     return batch
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pickle
-
 import pandas as pd
 import pytest
 import torch
@@ -144,7 +142,7 @@ class _Boom:
 
 def test_loading_never_runs_code(tmp_path):
     path = tmp_path / "evil.pt"
-    torch.save({"format": "composer_lab.checkpoint/1", "model": _Boom()}, path, pickle_protocol=pickle.DEFAULT_PROTOCOL)
+    torch.save({"format": "composer_lab.checkpoint/1", "model": _Boom()}, path)
     with pytest.raises(CheckpointError, match="cannot be read"):
         make_trainer(load_path=path)
 

@@ -135,5 +135,9 @@ def test_amp_bf16_runs_forward_under_autocast_on_cpu():
 
 
 def test_amp_fp16_uses_a_grad_scaler():
-    trainer = make_trainer(precision="amp_fp16", max_duration="1ba")
+    trainer = make_trainer(precision="amp_fp16", max_duration="2ba")
     assert isinstance(trainer.scaler, torch.amp.GradScaler)
+    before = [p.detach().clone() for p in trainer.state.model.parameters()]
+    trainer.fit()
+    assert trainer.scaler.get_scale() > 0
+    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.state.model.parameters()))
