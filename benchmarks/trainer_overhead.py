@@ -32,6 +32,7 @@ class Touch(Algorithm):
 
     def __init__(self, event: Event) -> None:
         self.event = event
+        self.events = frozenset({event})  # as library algorithms do: match is asked only here
 
     def match(self, event, state) -> bool:
         return event is self.event

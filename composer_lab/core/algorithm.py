@@ -28,6 +28,11 @@ class Algorithm(ABC):
       get a warning (``warn_if_multiple_loss_interpolation``).
     """
 
+    events: Optional[frozenset] = None
+    """The events at which ``match`` can say yes, or None for any. Set it (on the class, or per
+    instance in ``__init__``) and the engine asks ``match`` only at those events: most
+    algorithms sit out most events, and not asking is the cheapest way to hear no."""
+
     selects_batch: ClassVar[bool] = False
     fuses_layernorm: ClassVar[bool] = False
     interpolates_loss: ClassVar[bool] = False

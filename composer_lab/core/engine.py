@@ -8,7 +8,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 from composer_lab.core.algorithm import Algorithm
 from composer_lab.core.callback import Callback
 from composer_lab.core.changes import FieldWatcher
-from composer_lab.core.event import Event
+from composer_lab.core.event import _PHASE, Event
 from composer_lab.core.logger import Logger
 from composer_lab.core.passes import DEFAULT_PASSES, AlgorithmPass
 from composer_lab.core.state import State
@@ -40,9 +40,11 @@ class Engine:
         self.state = state
         self.logger = logger if logger is not None else Logger(state)
         self.trace = trace if isinstance(trace, Trace) else Trace(trace)
-        self._passes: list[AlgorithmPass] = list(DEFAULT_PASSES)
+        self._set_passes(list(DEFAULT_PASSES))
         self._callback_events: dict[int, tuple[Callback, frozenset]] = {}
-        self._labelled: Any = None
+        self._listed: Any = None
+        self._listed_names: tuple[str, ...] = ()
+        self._listening: dict[Event, list] = {}
         self._watcher = FieldWatcher(state)
         for p, index in _pass_specs(algorithm_passes):
             self.register_pass(p, index)
@@ -58,7 +60,7 @@ class Engine:
         passes = list(passes)
         for p in passes:
             _check_pass(p)
-        self._passes = passes  # one assignment: an event in flight keeps the list it started with
+        self._set_passes(passes)
 
     def register_pass(self, algorithm_pass: AlgorithmPass, index: int = -1) -> None:
         """Add a pass at ``index`` (-1: last)."""
@@ -68,14 +70,19 @@ class Engine:
             passes.append(algorithm_pass)
         else:
             passes.insert(index, algorithm_pass)
-        self._passes = passes
+        self._set_passes(passes)
 
     def remove_pass(self, algorithm_pass: Union[AlgorithmPass, str]) -> None:
         """Remove a pass, given as the function or its name."""
         keep = [p for p in self._passes if p is not algorithm_pass and _pass_name(p) != algorithm_pass]
         if len(keep) == len(self._passes):
             raise ValueError(f"no pass {algorithm_pass!r} in {[_pass_name(p) for p in self._passes]}")
-        self._passes = keep
+        self._set_passes(keep)
+
+    def _set_passes(self, passes: list) -> None:
+        # One assignment each: an event in flight keeps the list it started with.
+        self._passes_keep_singletons = all(p in DEFAULT_PASSES for p in passes)
+        self._passes = passes
 
     # -- ordering -----------------------------------------------------------------------------
     def plan(self, event: Union[Event, str], algorithms: Optional[Sequence[Algorithm]] = None,
@@ -93,7 +100,8 @@ class Engine:
         its name and the order after it (``assume_matched``: as in :meth:`plan`)."""
         event = Event(event)
         algorithms = self.state.algorithms if algorithms is None else algorithms
-        order = list(algorithms) if assume_matched else [a for a in algorithms if a.match(event, self.state)]
+        order = list(algorithms) if assume_matched else [
+            a for a in algorithms if (a.events is None or event in a.events) and a.match(event, self.state)]
         steps = [("match", order)]
         for p in self._passes:
             order = list(_checked_result(p, p(order, event)))
@@ -106,21 +114,24 @@ class Engine:
         return matched
 
     # -- running ------------------------------------------------------------------------------
+    # The hot path: written flat, with no allocation an event does not need.
     def run_event(self, event: Union[Event, str]) -> None:
         """Run the algorithms and callbacks of ``event`` and record them in the trace."""
         if type(event) is not Event:
             event = Event(event)
         state, trace = self.state, self.trace
-        self.logger.phase = event.phase
-        seq = trace.next_seq()
+        self.logger.phase = _PHASE[event]
+        trace.seq = seq = trace.seq + 1
         t0 = _now()
         try:
             if event is Event.INIT:
                 self._run_callbacks(event, seq)
                 self._run_algorithms(event, seq)
             else:
-                self._run_algorithms(event, seq)
-                self._run_callbacks(event, seq)
+                if state.algorithms:
+                    self._run_algorithms(event, seq)
+                if state.callbacks:
+                    self._run_callbacks(event, seq)
         finally:
             if trace.recording:
                 trace.record_event(seq, event, state.timestamp, state.microbatch, t0, _now())
@@ -128,25 +139,29 @@ class Engine:
     def _run_algorithms(self, event: Event, seq: int) -> None:
         state, trace = self.state, self.trace
         algorithms = state.algorithms
-        if not algorithms:
-            return
-        if algorithms is not self._labelled:
-            # Name instances in list order ('LabelSmoothing', 'LabelSmoothing#2'), not run order.
-            for algo in algorithms:
-                trace.label(algo)
-            self._labelled = algorithms
-        matched, unmatched = [], []
-        for algo in algorithms:
-            (matched if algo.match(event, state) else unmatched).append(algo)
-        if unmatched and trace.records_unmatched:
-            trace.record_unmatched(seq, event, state.timestamp.batch, unmatched)
+        if algorithms is not self._listed or len(algorithms) != len(self._listed_names):
+            self._list_algorithms(algorithms)
+        matched = [a for a in self._listening[event] if a.match(event, state)]
+        if trace.records_unmatched and len(matched) < len(algorithms):
+            trace.record_unmatched(seq, event, state.timestamp.batch, self._listed_names)
         if matched:
-            self._invoke_all([(a, a.apply) for a in self._order(matched, event)], "algorithm", event, seq)
+            if len(matched) > 1 or not self._passes_keep_singletons:
+                matched = self._order(matched, event)  # (one algorithm under default passes stays one)
+            self._invoke_all(matched, "algorithm", "apply", event, seq)
+
+    def _list_algorithms(self, algorithms: list) -> None:
+        """Note a new algorithms list: name its instances in list order ('LabelSmoothing',
+        'LabelSmoothing#2'), not run order, and keep, for each event, the algorithms whose
+        ``events`` admit it (the only ones asked ``match`` there)."""
+        self._listed_names = tuple([self.trace.label(algo) for algo in algorithms])
+        self._listening = {event: [a for a in algorithms if a.events is None or event in a.events]
+                           for event in Event}
+        self._listed = algorithms
 
     def _run_callbacks(self, event: Event, seq: int) -> None:
-        calls = [(cb, cb.run_event) for cb in self.state.callbacks if event in self._events_of(cb)]
-        if calls:
-            self._invoke_all(calls, "callback", event, seq)
+        callbacks = [cb for cb in self.state.callbacks if event in self._events_of(cb)]
+        if callbacks:
+            self._invoke_all(callbacks, "callback", "run_event", event, seq)
 
     def _events_of(self, cb: Callback) -> frozenset:
         entry = self._callback_events.get(id(cb))
@@ -154,22 +169,24 @@ class Engine:
             entry = self._callback_events[id(cb)] = (cb, cb.events())
         return entry[1]
 
-    def _invoke_all(self, calls: list, kind: str, event: Event, seq: int) -> None:
-        """Run ``calls`` in order; with the trace on, record each with its duration, exit code,
-        error and the State fields it changed (each call's 'after' is the next one's 'before')."""
+    def _invoke_all(self, objs: Sequence[Any], kind: str, method: str, event: Event, seq: int) -> None:
+        """Call ``method`` of each of ``objs`` in order; with the trace on, record each with its
+        duration, exit code, error and the State fields it changed (each call's 'after'
+        snapshot is the next one's 'before')."""
         state, trace, logger = self.state, self.trace, self.logger
         if not trace.recording:
-            for _, call in calls:
-                call(event, state, logger)
+            for obj in objs:
+                getattr(obj, method)(event, state, logger)
             return
         watcher, batch = self._watcher, state.timestamp.batch
-        before = watcher.snapshot()
-        for order, (obj, call) in enumerate(calls):
+        before = watcher.snapshot_before(event)
+        for order, obj in enumerate(objs):
             t0 = _now()
             try:
-                exit_code = call(event, state, logger)
+                exit_code = getattr(obj, method)(event, state, logger)
             except BaseException as err:
                 changed, _ = watcher.changed(before)
+                watcher.forget()
                 trace.record_invocation(seq, event, batch, obj, kind, order, None, _now() - t0, changed,
                                         f"{type(err).__name__}: {err}")
                 raise

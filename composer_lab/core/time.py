@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from decimal import Decimal
 from enum import Enum
 from typing import Union
@@ -88,20 +88,23 @@ class Timestamp:
 
     def get(self, unit: TimeUnit) -> int:
         """The count in ``unit`` (epochs, batches or samples)."""
-        unit = TimeUnit(unit)
-        if unit is TimeUnit.DURATION:
-            raise ValueError("a Timestamp counts epochs, batches and samples; the fraction of the run "
-                             "is State.get_elapsed_duration()")
-        return {TimeUnit.EPOCH: self.epoch, TimeUnit.BATCH: self.batch, TimeUnit.SAMPLE: self.sample}[unit]
+        field = _FIELD_OF_UNIT.get(unit)
+        if field is None:
+            if TimeUnit(unit) is TimeUnit.DURATION:
+                raise ValueError("a Timestamp counts epochs, batches and samples; the fraction of the run "
+                                 "is State.get_elapsed_duration()")
+            field = _FIELD_OF_UNIT[TimeUnit(unit)]
+        return getattr(self, field)
 
+    # Built directly rather than with dataclasses.replace: these run every batch.
     def to_next_batch(self, samples: int) -> "Timestamp":
         """The timestamp after one more batch of ``samples`` examples."""
-        return replace(self, batch=self.batch + 1, sample=self.sample + samples,
-                       batch_in_epoch=self.batch_in_epoch + 1, sample_in_epoch=self.sample_in_epoch + samples)
+        return Timestamp(self.epoch, self.batch + 1, self.sample + samples, self.batch_in_epoch + 1,
+                         self.sample_in_epoch + samples)
 
     def to_next_epoch(self) -> "Timestamp":
         """The timestamp at the start of the next epoch."""
-        return replace(self, epoch=self.epoch + 1, batch_in_epoch=0, sample_in_epoch=0)
+        return Timestamp(self.epoch + 1, self.batch, self.sample, 0, 0)
 
     def state_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -109,3 +112,6 @@ class Timestamp:
     @classmethod
     def from_state_dict(cls, state: dict) -> "Timestamp":
         return cls(**state)
+
+
+_FIELD_OF_UNIT = {TimeUnit.EPOCH: "epoch", TimeUnit.BATCH: "batch", TimeUnit.SAMPLE: "sample"}

@@ -16,7 +16,7 @@ from typing import Any, Optional, Union
 
 import pandas as pd
 
-from composer_lab.core.event import Event
+from composer_lab.core.event import _PHASE, Event
 
 __all__ = ["Trace", "TRACE_LEVELS", "EVENT_COLUMNS", "INVOCATION_COLUMNS", "NOTE_COLUMNS"]
 
@@ -30,6 +30,7 @@ INVOCATION_COLUMNS = ("seq", "event", "batch", "name", "cls", "kind", "matched",
                       "exit_code", "duration", "changed", "error")
 NOTE_COLUMNS = ("seq", "epoch", "batch", "kind", "text")
 
+_PHASE_OF = {e.value: phase for e, phase in _PHASE.items()}
 _EVENT_DTYPE = pd.CategoricalDtype([e.value for e in Event], ordered=False)
 _PHASE_DTYPE = pd.CategoricalDtype(["fit", "eval", "predict"])
 _KIND_DTYPE = pd.CategoricalDtype(["algorithm", "callback"])
@@ -47,9 +48,6 @@ class Trace:
     """What happened in a run, in order. ``level`` is one of :data:`TRACE_LEVELS`."""
 
     def __init__(self, level: str = "all") -> None:
-        if level not in TRACE_LEVELS:
-            raise ValueError(f"trace level {level!r} is not one of {TRACE_LEVELS}: 'all' records also "
-                             f"the algorithms that did not match, 'ran' only what ran, 'off' nothing")
         self.level = level
         self.seq = -1
         self._t0 = time.perf_counter()
@@ -59,22 +57,25 @@ class Trace:
         self._notes: list[tuple] = []
         self._labels: dict[int, tuple[Any, str]] = {}
         self._label_counts: dict[str, int] = {}
+        self._label_cls: dict[str, str] = {}
         self._cache: dict[str, tuple[tuple, pd.DataFrame]] = {}
         self.meta: dict[str, Any] = {}
         self._loaded: Optional[dict[str, pd.DataFrame]] = None
 
     # -- recording (called by the engine) ---------------------------------------------------
     @property
-    def recording(self) -> bool:
-        return self.level != "off"
+    def level(self) -> str:
+        return self._level
 
-    @property
-    def records_unmatched(self) -> bool:
-        return self.level == "all"
-
-    def next_seq(self) -> int:
-        self.seq += 1
-        return self.seq
+    @level.setter
+    def level(self, level: str) -> None:
+        if level not in TRACE_LEVELS:
+            raise ValueError(f"trace level {level!r} is not one of {TRACE_LEVELS}: 'all' records also "
+                             f"the algorithms that did not match, 'ran' only what ran, 'off' nothing")
+        self._level = level
+        # Plain attributes, read at every event.
+        self.recording = level != "off"
+        self.records_unmatched = level == "all"
 
     def label(self, obj: Any) -> str:
         """A name unique to this object in this trace: the class name, then 'Name#2', 'Name#3'
@@ -84,21 +85,27 @@ class Trace:
             cls = type(obj).__name__
             count = self._label_counts[cls] = self._label_counts.get(cls, 0) + 1
             entry = self._labels[id(obj)] = (obj, cls if count == 1 else f"{cls}#{count}")
+            self._label_cls[entry[1]] = cls
         return entry[1]
 
+    # Rows hold only strings and numbers: the garbage collector stops tracking such tuples, so
+    # a long trace costs the collector nothing (rows holding objects would be rescanned).
     def record_event(self, seq: int, event: Event, ts: Any, microbatch: Optional[int],
                      t_start: float, t_end: float) -> None:
-        self._events.append((seq, event.phase, event.value, ts.epoch, ts.batch, ts.batch_in_epoch,
-                             microbatch, t_start - self._t0, t_end - t_start))
+        self._events.append((seq, event._value_, ts.epoch, ts.batch, ts.batch_in_epoch, microbatch,
+                             t_start - self._t0, t_end - t_start))
 
     def record_invocation(self, seq: int, event: Event, batch: int, obj: Any, kind: str, order: int,
                           exit_code: Optional[int], duration: float, changed: str,
                           error: Optional[str]) -> None:
-        self._invocations.append((seq, event.value, batch, obj, kind, True, order, exit_code, duration,
+        self._invocations.append((seq, event._value_, batch, self.label(obj), kind, order, exit_code, duration,
                                   changed, error))
 
-    def record_unmatched(self, seq: int, event: Event, batch: int, algorithms: list) -> None:
-        self._unmatched.append((seq, event.value, batch, algorithms))
+    def record_unmatched(self, seq: int, event: Event, batch: int, names: tuple[str, ...]) -> None:
+        """``names`` (by :meth:`label`) were the algorithms at this event; those among them
+        without an invocation row at ``seq`` did not match (worked out when the trace is read,
+        so the run pays one append per event)."""
+        self._unmatched.append((seq, event._value_, batch, names))
 
     def note(self, kind: str, text: str, timestamp: Any = None) -> None:
         """Record something that is not an event: a setting changed from a widget, an
@@ -143,16 +150,20 @@ class Trace:
 
     @staticmethod
     def _build_events(rows: list) -> pd.DataFrame:
+        rows = [(seq, _PHASE_OF[ev], ev, *rest) for seq, ev, *rest in rows]
         df = pd.DataFrame.from_records(rows, columns=list(EVENT_COLUMNS))
         df = df.sort_values("seq", kind="stable", ignore_index=True)
         return df.astype(_DTYPES["events"])
 
     def _build_invocations(self) -> pd.DataFrame:
         # Within an event: what ran, in its order, then what did not match, in list order.
-        rows = [((seq, 0, order), seq, ev, b, self.label(obj), type(obj).__name__, kind, True, order, code, dur, ch, err)
-                for seq, ev, b, obj, kind, _, order, code, dur, ch, err in self._invocations]
-        rows += [((seq, 1, pos), seq, ev, b, self.label(a), type(a).__name__, "algorithm", False, None, None, None, "",
-                  None) for seq, ev, b, algorithms in self._unmatched for pos, a in enumerate(algorithms)]
+        cls = self._label_cls
+        rows = [((seq, 0, order), seq, ev, b, name, cls[name], kind, True, order, code, dur, ch, err)
+                for seq, ev, b, name, kind, order, code, dur, ch, err in self._invocations]
+        ran = {(r[0], r[3]) for r in self._invocations if r[4] == "algorithm"}
+        rows += [((seq, 1, pos), seq, ev, b, name, cls[name], "algorithm", False, None, None, None, "", None)
+                 for seq, ev, b, names in self._unmatched for pos, name in enumerate(names)
+                 if (seq, name) not in ran]
         rows.sort(key=lambda r: r[0])
         df = pd.DataFrame.from_records([r[1:] for r in rows], columns=list(INVOCATION_COLUMNS))
         names = [label for _, label in self._labels.values()]

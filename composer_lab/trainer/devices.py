@@ -50,13 +50,13 @@ def move_to_device(batch: Any, device: torch.device) -> Any:
     already there is returned as it is (the same object)."""
     if isinstance(batch, torch.Tensor):
         return batch if batch.device == device else batch.to(device, non_blocking=True)
-    if isinstance(batch, Mapping):
-        return {k: move_to_device(v, device) for k, v in batch.items()}
     if isinstance(batch, (tuple, list)):
         moved = [move_to_device(v, device) for v in batch]
         if all(m is v for m, v in zip(moved, batch)):
             return batch
         return type(batch)(moved)
+    if isinstance(batch, Mapping):
+        return {k: move_to_device(v, device) for k, v in batch.items()}
     return batch
 
 

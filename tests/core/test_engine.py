@@ -158,3 +158,34 @@ def test_algorithms_list_swap_takes_effect_at_the_next_event(state):
     state.algorithms = [b]
     engine.run_event(Event.BATCH_START)
     assert log == ["A", "B", "B"]
+
+
+class CountingMatch(Recorder):
+    """Declares its events; counts how often the engine asks ``match``."""
+
+    def __init__(self, name, events, log, declare):
+        super().__init__(name, events, log)
+        self.asked = 0
+        if not declare:
+            self.events_matched = self.events
+            self.events = None
+
+    def match(self, event, state):
+        self.asked += 1
+        return event in (self.events if self.events is not None else self.events_matched)
+
+
+@pytest.mark.parametrize("declare", [True, False])
+def test_declared_events_spare_match_calls_and_change_nothing_else(state, declare):
+    log = []
+    algo = CountingMatch("A", [Event.BATCH_START], log, declare)
+    state.algorithms = [algo]
+    engine = Engine(state)
+    assert engine.plan(Event.BATCH_END) == [] and engine.plan(Event.BATCH_START) == [algo]
+    algo.asked = 0
+    for event in (Event.BATCH_START, Event.BATCH_END, Event.AFTER_LOSS):
+        engine.run_event(event)
+    assert log == ["A"]
+    assert algo.asked == (1 if declare else 3)
+    inv = engine.trace.invocations
+    assert list(zip(inv.event, inv.matched)) == [("batch_start", True), ("batch_end", False), ("after_loss", False)]
