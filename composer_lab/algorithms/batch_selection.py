@@ -92,6 +92,8 @@ class BatchSelection(Algorithm):
         self.interrupt = interrupt
         self._ratio_key = f"{self.metric_prefix}/keep_ratio"
 
+    events = frozenset({Event.INIT, Event.AFTER_DATALOADER})
+
     def match(self, event: Event, state: State) -> bool:
         return event is Event.AFTER_DATALOADER or event is Event.INIT
 

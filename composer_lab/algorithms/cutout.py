@@ -53,6 +53,8 @@ class CutOut(Algorithm):
         self.num_holes = check_positive("num_holes", num_holes, integer=True)
         self.length = check_positive("length", length)
 
+    events = frozenset({Event.AFTER_DATALOADER})
+
     def match(self, event: Event, state: State) -> bool:
         return event is Event.AFTER_DATALOADER
 

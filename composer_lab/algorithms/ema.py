@@ -79,6 +79,8 @@ class EMA(Algorithm):
         self._steps = 0
         self._swapped = False
 
+    events = frozenset({Event.FIT_START, Event.BATCH_END, Event.EVAL_BEFORE_ALL, Event.EVAL_AFTER_ALL})
+
     def match(self, event: Event, state: State) -> bool:
         return event in (Event.FIT_START, Event.BATCH_END, Event.EVAL_BEFORE_ALL, Event.EVAL_AFTER_ALL)
 

@@ -68,6 +68,8 @@ class GradientClipping(Algorithm):
         self.clipping_type = check_choice("clipping_type", clipping_type, CLIPPING_TYPES)
         self.clipping_threshold = check_positive("clipping_threshold", clipping_threshold)
 
+    events = frozenset({Event.AFTER_TRAIN_BATCH})
+
     def match(self, event: Event, state: State) -> bool:
         return event is Event.AFTER_TRAIN_BATCH
 

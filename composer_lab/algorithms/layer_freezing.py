@@ -58,6 +58,8 @@ class LayerFreezing(Algorithm):
     def find_unused_parameters(self) -> bool:
         return True
 
+    events = frozenset({Event.EPOCH_END})
+
     def match(self, event: Event, state: State) -> bool:
         return event is Event.EPOCH_END
 

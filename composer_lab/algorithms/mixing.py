@@ -53,6 +53,8 @@ class MixingAlgorithm(SoftTargetAlgorithm):
         self._mixing = 1.0
         self._row = 0
 
+    events = frozenset({Event.AFTER_DATALOADER, Event.BEFORE_LOSS, Event.AFTER_LOSS})
+
     def match(self, event: Event, state: State) -> bool:
         return event is Event.AFTER_DATALOADER or super().match(event, state)
 

@@ -89,6 +89,8 @@ class ProgressiveResizing(Algorithm):
         self.size_increment = check_positive("size_increment", size_increment, integer=True)
         self.resize_targets = resize_targets
 
+    events = frozenset({Event.AFTER_DATALOADER})
+
     def match(self, event: Event, state: State) -> bool:
         return event is Event.AFTER_DATALOADER
 

@@ -115,6 +115,8 @@ class RandAugment(Algorithm):
         _check(severity, depth, augmentation_set)
         self.severity, self.depth, self.augmentation_set = severity, depth, augmentation_set
 
+    events = frozenset({Event.INIT})
+
     def match(self, event: Event, state: State) -> bool:
         return event is Event.INIT
 

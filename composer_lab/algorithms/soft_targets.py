@@ -36,6 +36,8 @@ class SoftTargetAlgorithm(Algorithm):
     def __init__(self) -> None:
         self._original: Optional[Any] = None
 
+    events = frozenset({Event.BEFORE_LOSS, Event.AFTER_LOSS})
+
     def match(self, event: Event, state: State) -> bool:
         return event is Event.BEFORE_LOSS or (event is Event.AFTER_LOSS and self._original is not None)
 

@@ -22,6 +22,8 @@ class SurgeryAlgorithm(Algorithm):
     def __init__(self) -> None:
         self.replaced: list[str] = []
 
+    events = frozenset({Event.INIT})
+
     def match(self, event: Event, state: State) -> bool:
         return event is Event.INIT
 
