@@ -57,7 +57,10 @@ def _matches(algorithm: Algorithm, event: Event, state: State) -> bool:
 
 
 def possible_events(algorithm: Algorithm, state: State, probes: Optional[Sequence[State]] = None) -> list[Event]:
-    """The events ``algorithm`` matches at some point of the run (in loop order)."""
+    """The events ``algorithm`` can match during the run (in loop order): the ones it declares
+    in ``events``, else those where its ``match`` says yes on states probed across the run."""
+    if algorithm.events is not None:
+        return [e for e in Event if e in algorithm.events]
     probes = _probe_states(state) if probes is None else probes
     return [e for e in Event if any(_matches(algorithm, e, s) for s in probes)]
 

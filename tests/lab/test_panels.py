@@ -156,3 +156,16 @@ def test_order_changes():
     change = order_changes(["a", "b", "c"], ["c", "b", "d"])
     assert change.moved == ["c", "b"] and change.added == ["d"] and change.removed == ["a"]
     assert not order_changes(["a"], ["a"])
+
+
+def test_preview_uses_declared_events_where_match_depends_on_earlier_events():
+    """LabelSmoothing matches AFTER_LOSS only after it smoothed at BEFORE_LOSS: no probe state
+    shows that, but its declared ``events`` do."""
+    from composer_lab.algorithms import LabelSmoothing
+
+    from .conftest import make_trainer
+
+    smoothing = LabelSmoothing(0.1)
+    trainer = make_trainer([smoothing])
+    assert possible_events(smoothing, trainer.state) == [Event.BEFORE_LOSS, Event.AFTER_LOSS]
+    assert OrderPreview(Control(trainer)).orders["after_loss"] == ["LabelSmoothing"]
