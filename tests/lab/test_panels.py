@@ -163,7 +163,7 @@ def test_preview_uses_declared_events_where_match_depends_on_earlier_events():
     shows that, but its declared ``events`` do."""
     from composer_lab.algorithms import LabelSmoothing
 
-    from .conftest import make_trainer
+    from conftest import make_trainer
 
     smoothing = LabelSmoothing(0.1)
     trainer = make_trainer([smoothing])
