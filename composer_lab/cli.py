@@ -118,6 +118,8 @@ def run_command(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     trainer.fit()
     seconds = time.perf_counter() - start
+    if trainer.state.rank != 0:
+        return 0  # under torchrun, rank 0 saves the run (with every rank's trace) and reports
     run = trainer.to_run()
     folder = run.save(folder / run.name, overwrite=args.overwrite)
     if not args.no_plots:

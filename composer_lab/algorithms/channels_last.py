@@ -14,7 +14,8 @@ def apply_channels_last(model: nn.Module) -> nn.Module:
     """Convert ``model``'s 4-D parameters and buffers to channels-last in place (the Parameter
     objects stay the same, only their storage changes); returns the model."""
     if not isinstance(model, nn.Module):
-        raise TypeError(f"apply_channels_last needs a torch.nn.Module, got {type(model).__name__}")
+        raise TypeError(f"apply_channels_last needs a torch.nn.Module, got {type(model).__name__}; "
+                        f"pass the model itself")
     return model.to(memory_format=torch.channels_last)
 
 

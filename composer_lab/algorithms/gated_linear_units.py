@@ -48,7 +48,8 @@ def apply_gated_linear_units(model: nn.Module, optimizers: Optional[list] = None
     ``optimizers``. Returns the names of the replaced ``linear1`` modules.
     """
     if not isinstance(model, nn.Module):
-        raise TypeError(f"apply_gated_linear_units needs a torch.nn.Module, got {type(model).__name__}")
+        raise TypeError(f"apply_gated_linear_units needs a torch.nn.Module, got {type(model).__name__}; "
+                        f"pass the model itself")
     before = list(model.parameters())
     replaced = []
     for name, block in list(model.named_modules()):

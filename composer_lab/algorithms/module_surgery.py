@@ -18,7 +18,8 @@ def replace_modules(model: nn.Module, replacement: Callable[[nn.Module], Optiona
     """Set every submodule ``m`` (not the root) for which ``replacement(m)`` returns a module to
     that module; returns the qualified names replaced. New modules are not visited again."""
     if not isinstance(model, nn.Module):
-        raise TypeError(f"model surgery needs a torch.nn.Module, got {type(model).__name__}")
+        raise TypeError(f"model surgery needs a torch.nn.Module, got {type(model).__name__}; pass the "
+                        f"model itself")
     replaced = []
     for parent_name, parent in list(model.named_modules()):
         for child_name, child in list(parent.named_children()):

@@ -85,7 +85,8 @@ class ProgressiveResizing(Algorithm):
         self.delay_fraction = check_fraction("delay_fraction", delay_fraction)
         if delay_fraction + finetune_fraction > 1:
             raise ValueError(f"delay_fraction ({delay_fraction}) + finetune_fraction ({finetune_fraction}) must "
-                             f"be at most 1: together they are the parts of training without resizing ramps")
+                             f"be at most 1: together they are the parts of training without resizing ramps; "
+                             f"lower one of them")
         self.size_increment = check_positive("size_increment", size_increment, integer=True)
         self.resize_targets = resize_targets
 

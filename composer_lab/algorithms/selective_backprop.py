@@ -29,15 +29,11 @@ _INTERPOLATE_MODES = {3: "linear", 4: "bilinear", 5: "trilinear"}
 
 
 def check_scale_factor(scale_factor: float) -> float:
-    """``scale_factor`` in (0, 1], else ValueError."""
-    if isinstance(scale_factor, bool) or not isinstance(scale_factor, (int, float)):
-        raise TypeError(f"scale_factor must be a number in (0, 1], got {type(scale_factor).__name__}")
-    if scale_factor > 1:
+    """``scale_factor`` in (0, 1] as a float, else ValueError / TypeError."""
+    if isinstance(scale_factor, (int, float)) and not isinstance(scale_factor, bool) and scale_factor > 1:
         raise ValueError(f"scale_factor={scale_factor} > 1 would upsample the scoring inputs; it must be "
-                         f"in (0, 1] (1 scores on full-size inputs)")
-    if scale_factor <= 0:
-        raise ValueError(f"scale_factor must be in (0, 1], got {scale_factor}")
-    return float(scale_factor)
+                         f"in (0, 1]: pass 1 to score on full-size inputs, or e.g. 0.5")
+    return check_fraction("scale_factor", scale_factor, low_open=True)
 
 
 def per_example_loss_fn(loss_fun: Any) -> Callable[..., torch.Tensor]:
@@ -50,7 +46,8 @@ def per_example_loss_fn(loss_fun: Any) -> Callable[..., torch.Tensor]:
         return module
     if not callable(loss_fun):
         raise TypeError(f"the loss function must be callable as loss(outputs, targets, reduction='none'), "
-                        f"got {type(loss_fun).__name__} {loss_fun!r}")
+                        f"got {type(loss_fun).__name__} {loss_fun!r}; pass the function itself, e.g. "
+                        f"torch.nn.functional.cross_entropy")
     try:
         params = inspect.signature(loss_fun).parameters
     except (TypeError, ValueError):

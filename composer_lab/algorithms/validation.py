@@ -10,7 +10,8 @@ __all__ = ["check_fraction", "check_positive", "check_choice"]
 def check_fraction(name: str, value: Any, *, low_open: bool = False, high_open: bool = False) -> float:
     """``value`` as a float in [0, 1] (ends excluded where asked), else ValueError / TypeError."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number between 0 and 1, got {type(value).__name__} {value!r}")
+        raise TypeError(f"{name} must be a number between 0 and 1, got {type(value).__name__} {value!r}; "
+                        f"pass a fraction such as 0.5")
     low_ok = value > 0 if low_open else value >= 0
     high_ok = value < 1 if high_open else value <= 1
     if not (low_ok and high_ok):

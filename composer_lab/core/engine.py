@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from typing import Any, Callable, Optional, Sequence, Union
 
 from composer_lab.core.algorithm import Algorithm
@@ -46,6 +47,8 @@ class Engine:
         self._listed_names: tuple[str, ...] = ()
         self._listening: dict[Event, list] = {}
         self._watcher = FieldWatcher(state)
+        self.event: Optional[Event] = None
+        """The event being run, or the last one run."""
         for p, index in _pass_specs(algorithm_passes):
             self.register_pass(p, index)
 
@@ -76,7 +79,8 @@ class Engine:
         """Remove a pass, given as the function or its name."""
         keep = [p for p in self._passes if p is not algorithm_pass and _pass_name(p) != algorithm_pass]
         if len(keep) == len(self._passes):
-            raise ValueError(f"no pass {algorithm_pass!r} in {[_pass_name(p) for p in self._passes]}")
+            raise ValueError(f"no pass {algorithm_pass!r} to remove; the engine's passes are "
+                             f"{[_pass_name(p) for p in self._passes]}: give one of those names or the function")
         self._set_passes(keep)
 
     def _set_passes(self, passes: list) -> None:
@@ -120,6 +124,7 @@ class Engine:
         if type(event) is not Event:
             event = Event(event)
         state, trace = self.state, self.trace
+        self.event = event
         self.logger.phase = _PHASE[event]
         trace.seq = seq = trace.seq + 1
         t0 = _now()
@@ -217,17 +222,19 @@ def _pass_specs(spec: Optional[PassSpec]) -> list[tuple[AlgorithmPass, int]]:
     """Normalise ``f``, ``[f]``, ``(f, i)`` and ``[(f, i), g]`` to ``[(f, index)]``."""
     if spec is None:
         return []
-    if callable(spec):
-        return [(spec, -1)]
-    if isinstance(spec, tuple) and len(spec) == 2 and callable(spec[0]) and isinstance(spec[1], int):
-        return [(spec[0], spec[1])]
+    single = callable(spec) or _is_indexed(spec) or isinstance(spec, str) or not isinstance(spec, Iterable)
     out = []
-    for item in spec:
+    for item in [spec] if single else spec:
         if callable(item):
             out.append((item, -1))
-        elif isinstance(item, tuple) and len(item) == 2 and callable(item[0]) and isinstance(item[1], int):
+        elif _is_indexed(item):
             out.append((item[0], item[1]))
         else:
-            raise TypeError(f"algorithm_passes: cannot read {item!r}; give a pass function f, or (f, index) "
-                            f"to insert it at a position, or a list of those")
+            raise TypeError(f"algorithm_passes: cannot read {item!r}; give a pass function f (the function, "
+                            f"not its name), or (f, index) to insert it at a position, or a list of those")
     return out
+
+
+def _is_indexed(item: Any) -> bool:
+    """Whether ``item`` is ``(f, index)``."""
+    return isinstance(item, tuple) and len(item) == 2 and callable(item[0]) and isinstance(item[1], int)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from enum import Enum
 
 __all__ = ["Event"]
@@ -72,6 +73,14 @@ class Event(str, Enum):
 
     def __str__(self) -> str:
         return self.value
+
+    @classmethod
+    def _missing_(cls, value: object) -> None:
+        """Reject an unknown event, naming the closest one (``Event(...)`` raises this error)."""
+        close = difflib.get_close_matches(str(value).lower(), [e.value for e in cls], n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"{value!r} is not an event{hint}; give an Event or its value, e.g. Event.AFTER_LOSS "
+                         f"or 'after_loss'")
 
     @property
     def is_before_event(self) -> bool:

@@ -36,6 +36,8 @@ class State:
         precision: 'fp32', 'amp_bf16' or 'amp_fp16'.
         device: where batches and model live.
         seed: seeds :meth:`generator`, so randomness in algorithms repeats run to run.
+        rank: this process's rank in a distributed run (0 otherwise): :meth:`generator` draws
+            from ``seed + rank``, as Composer seeds rank r, so the ranks draw differently.
 
     ``batch``, ``outputs`` and ``loss`` hold the current step's values; ``microbatch`` is the
     index of the microbatch being processed (None outside the microbatch loop).
@@ -45,7 +47,7 @@ class State:
                  optimizers: Any = None, schedulers: Any = None, dataloader: Any = None,
                  algorithms: Sequence[Any] = (), callbacks: Sequence[Any] = (),
                  precision: str = "fp32", device: Union[str, torch.device] = "cpu",
-                 seed: int = 0, run_name: str = "run") -> None:
+                 seed: int = 0, run_name: str = "run", rank: int = 0) -> None:
         self.model = model
         self.max_duration = max_duration
         self.optimizers = _as_list(optimizers)
@@ -56,6 +58,7 @@ class State:
         self.precision = precision
         self.device = torch.device(device)
         self.seed = seed
+        self.rank = rank
         self.run_name = run_name
         self.timestamp = Timestamp()
         self.batch: Any = None
@@ -125,7 +128,8 @@ class State:
         if isinstance(self.batch, Mapping) and isinstance(key, int):
             if key not in _DICT_KEYS or _DICT_KEYS[key] not in self.batch:
                 raise KeyError(f"dict batches need the keys 'input' and 'target' for algorithms that "
-                               f"change inputs or targets; this batch has {sorted(self.batch)}")
+                               f"change inputs or targets; this batch has {sorted(self.batch)}: rename the "
+                               f"dataset's keys")
             return _DICT_KEYS[key]
         return key
 
@@ -140,14 +144,14 @@ class State:
 
     # -- randomness -----------------------------------------------------------------------
     def generator(self, device: Union[str, torch.device, None] = None) -> torch.Generator:
-        """A random generator on ``device`` seeded from ``seed``: draw from it for repeatable runs."""
+        """A random generator on ``device`` seeded from ``seed + rank``: draw from it for repeatable runs."""
         device = torch.device(device) if device is not None else self.device
         if device.type == "cuda" and device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
         gen = self._generators.get(device)
         if gen is None:
             gen = self._generators[device] = torch.Generator(device=device)
-            gen.manual_seed(self.seed)
+            gen.manual_seed(self.seed + self.rank)
         return gen
 
     def generator_states(self) -> dict[str, torch.Tensor]:

@@ -19,6 +19,12 @@ class TimeUnit(str, Enum):
     SAMPLE = "sp"
     DURATION = "dur"
 
+    @classmethod
+    def _missing_(cls, value: object) -> None:
+        """Reject an unknown unit, listing the units (``TimeUnit(...)`` raises this error)."""
+        raise ValueError(f"{value!r} is not a time unit; use one of 'ep' (epochs), 'ba' (batches), "
+                         f"'sp' (samples) or 'dur' (fraction of the run), e.g. Time(3, 'ep')")
+
 
 _TIMESTRING = re.compile(r"^(\d+(?:\.\d+)?)(ep|ba|sp|dur)$")
 _EXAMPLES = "'3ep', '120ba', '4096sp' or '0.5dur'"
@@ -39,7 +45,7 @@ class Time:
             if not 0 <= self.value <= 1:
                 raise ValueError(f"a 'dur' time is a fraction of the run between 0 and 1, got {self.value}; "
                                  f"write e.g. '0.5dur'")
-            object.__setattr__(self, "value", float(self.value))
+            object.__setattr__(self, "value", float(abs(self.value)))  # -0.0 would print as '-0.0dur'
         else:
             if isinstance(self.value, bool) or not float(self.value).is_integer() or self.value < 0:
                 raise ValueError(f"a time in '{unit.value}' is a whole number >= 0, got {self.value!r}; "
@@ -91,8 +97,8 @@ class Timestamp:
         field = _FIELD_OF_UNIT.get(unit)
         if field is None:
             if TimeUnit(unit) is TimeUnit.DURATION:
-                raise ValueError("a Timestamp counts epochs, batches and samples; the fraction of the run "
-                                 "is State.get_elapsed_duration()")
+                raise ValueError("a Timestamp counts epochs, batches and samples, not 'dur'; for the fraction "
+                                 "of the run done, call State.get_elapsed_duration()")
             field = _FIELD_OF_UNIT[TimeUnit(unit)]
         return getattr(self, field)
 

@@ -167,7 +167,8 @@ def _chosen_steps(steps: Union[int, Iterable[int], None], available: np.ndarray)
     chosen = sorted({int(s) for s in steps})
     missing = [s for s in chosen if s not in available]
     if missing:
-        raise ValueError(f"steps {missing} are not in the trace; it has steps {available[0]} to {available[-1]}")
+        raise ValueError(f"steps {missing} are not in the trace; it has steps {available[0]} to {available[-1]}: "
+                         f"pick steps among those, or pass steps=N for the last N complete steps")
     return chosen
 
 

@@ -26,8 +26,9 @@ from composer_lab.lab.sources import RunData, total_batches
 __all__ = ["RunHandle", "RunMonitor", "RunPanel", "RunStopped"]
 
 
-class RunStopped(Exception):
-    """Raised at a step boundary to end a run that was asked to stop."""
+class RunStopped(KeyboardInterrupt):
+    """Raised at a step boundary to end a run that was asked to stop: an interrupt, as the
+    trainer records it (the batch before it is applied)."""
 
 
 class RunHandle:
@@ -175,9 +176,11 @@ class RunPanel(widgets.VBox):
     def __init__(self, trainer: Any, redraw_every: int = 10,
                  on_finished: Optional[Callable[[], None]] = None) -> None:
         if not callable(getattr(trainer, "fit", None)) or getattr(trainer, "engine", None) is None:
-            raise TypeError(f"the run panel needs a Trainer (with .fit and .engine), got {type(trainer).__name__}")
-        if not isinstance(redraw_every, int) or redraw_every < 1:
-            raise ValueError(f"redraw_every is a number of steps >= 1, got {redraw_every!r}")
+            raise TypeError(f"the run panel needs a Trainer (with .fit and .engine), got {type(trainer).__name__}; "
+                            f"pass the trainer itself, e.g. RunPanel(trainer)")
+        if isinstance(redraw_every, bool) or not isinstance(redraw_every, int) or redraw_every < 1:
+            raise ValueError(f"redraw_every is a number of steps >= 1, got {redraw_every!r}; pass e.g. "
+                             f"redraw_every=10")
         self.trainer = trainer
         self.redraw_every = redraw_every
         self.on_finished = on_finished

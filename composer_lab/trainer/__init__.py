@@ -1,7 +1,8 @@
 """The Trainer and what it needs: model adapter, devices, checkpoints, metrics, progress, run folders."""
 
 from composer_lab.trainer.checkpoint import CheckpointError, load_checkpoint
+from composer_lab.trainer.failures import NonFiniteLossError
 from composer_lab.trainer.run import Run
 from composer_lab.trainer.trainer import Trainer
 
-__all__ = ["Trainer", "Run", "CheckpointError", "load_checkpoint"]
+__all__ = ["Trainer", "Run", "CheckpointError", "NonFiniteLossError", "load_checkpoint"]

@@ -26,7 +26,8 @@ class ModelAdapter:
                             f"it computes its own loss)")
         if loss_fn is not None and not callable(loss_fn):
             raise TypeError(f"loss_fn must be a callable (outputs, targets) -> loss such as "
-                            f"torch.nn.functional.cross_entropy, got {type(loss_fn).__name__}")
+                            f"torch.nn.functional.cross_entropy, got {type(loss_fn).__name__} {loss_fn!r}; "
+                            f"pass the function itself, not its name")
         if loss_fn is None and not callable(getattr(model, "loss", None)):
             raise ValueError(f"the model {type(model).__name__} has no loss: pass loss_fn (e.g. "
                              f"loss_fn=torch.nn.functional.cross_entropy), or give the model a method "

@@ -8,12 +8,13 @@ import os
 import pickle
 import zipfile
 from pathlib import Path
-from typing import Any, Callable, Union
+from typing import Any, Callable, Optional, Union
 
 import pandas as pd
 import torch
 
 from composer_lab.core.callback import Callback
+from composer_lab.trainer.distributed import barrier
 from composer_lab.trainer.interval import Interval
 
 __all__ = ["CHECKPOINT_FORMAT", "CheckpointError", "CheckpointNotFoundError", "CheckpointSaver",
@@ -44,13 +45,29 @@ def frame_from_bytes(data: bytes) -> pd.DataFrame:
 
 
 def save_checkpoint(payload: dict[str, Any], path: Union[str, os.PathLike]) -> Path:
-    """Write ``payload`` to ``path`` atomically (a crash mid-write leaves no half file)."""
+    """Write ``payload`` to ``path`` atomically: into a temporary file, flushed to disk, then
+    renamed over ``path``. A failure midway removes the temporary file and leaves whatever
+    was at ``path`` (the last good checkpoint) as it was."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save({"format": CHECKPOINT_FORMAT, **payload}, tmp)
-    os.replace(tmp, path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            torch.save({"format": CHECKPOINT_FORMAT, **payload}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return path
+
+
+def _reason(err: BaseException) -> str:
+    """The error's type and first sentence: torch's weights-only failures go on to advise
+    ``weights_only=False``, which a checkpoint never needs and which can run code."""
+    first = str(err).strip().split(". ")[0].splitlines()
+    return f"{type(err).__name__}: {first[0]}" if first else type(err).__name__
 
 
 def load_checkpoint(path: Union[str, os.PathLike], map_location: Any = "cpu") -> dict[str, Any]:
@@ -64,7 +81,7 @@ def load_checkpoint(path: Union[str, os.PathLike], map_location: Any = "cpu") ->
         payload = torch.load(path, map_location=map_location, weights_only=True)
     except (RuntimeError, pickle.UnpicklingError, zipfile.BadZipFile, EOFError, OSError) as err:
         raise CheckpointError(f"load_path {str(path)!r} cannot be read as a composer_lab checkpoint "
-                              f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); "
+                              f"({_reason(err)}); "
                               f"it is corrupt or not a checkpoint: pick another file from the save_folder "
                               f"or train without load_path") from None
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
@@ -79,10 +96,12 @@ def load_checkpoint(path: Union[str, os.PathLike], map_location: Any = "cpu") ->
 
 class CheckpointSaver(Callback):
     """Writes ``folder/ep{E}-ba{B}.pt`` at BATCH_CHECKPOINT / EPOCH_CHECKPOINT when
-    ``interval`` is due; ``payload()`` gives what to write. ``saved`` lists the paths."""
+    ``interval`` is due; ``payload()`` gives what to write, or None where this process does not
+    write: under torchrun rank 0 writes, and every rank waits at a barrier until the file is
+    there. ``saved`` lists the paths this process wrote."""
 
     def __init__(self, folder: Union[str, os.PathLike], interval: Interval,
-                 payload: Callable[[], dict[str, Any]]) -> None:
+                 payload: Callable[[], Optional[dict[str, Any]]]) -> None:
         self.folder = Path(folder)
         self.interval = interval
         self.payload = payload
@@ -98,4 +117,7 @@ class CheckpointSaver(Callback):
 
     def _save(self, state: Any) -> None:
         ts = state.timestamp
-        self.saved.append(save_checkpoint(self.payload(), self.folder / f"ep{ts.epoch}-ba{ts.batch}.pt"))
+        payload = self.payload()
+        if payload is not None:
+            self.saved.append(save_checkpoint(payload, self.folder / f"ep{ts.epoch}-ba{ts.batch}.pt"))
+        barrier()

@@ -7,7 +7,8 @@ from typing import Any, Optional, Union
 
 import torch
 
-__all__ = ["PRECISIONS", "resolve_device", "resolve_precision", "move_to_device", "make_grad_scaler"]
+__all__ = ["PRECISIONS", "resolve_device", "resolve_precision", "move_to_device", "make_grad_scaler",
+           "fresh_grad_scaler"]
 
 PRECISIONS = ("fp32", "amp_bf16", "amp_fp16")
 
@@ -28,7 +29,8 @@ def resolve_device(device: Union[str, torch.device, None]) -> torch.device:
                          f"{torch.__version__}, cuda build: {torch.version.cuda}); use device='cpu', or "
                          f"device=None to pick the GPU only when there is one")
     if resolved.type not in ("cpu", "cuda"):
-        raise ValueError(f"device {device!r}: only 'cpu' and 'gpu' are supported")
+        raise ValueError(f"device {device!r} is not supported; use 'cpu' or 'gpu' (or None to pick cuda "
+                         f"when available)")
     return resolved
 
 
@@ -65,3 +67,11 @@ def make_grad_scaler(precision: str, device: torch.device) -> Optional[torch.amp
     if precision != "amp_fp16":
         return None
     return torch.amp.GradScaler(device.type)
+
+
+def fresh_grad_scaler(scaler: torch.amp.GradScaler, device: torch.device) -> torch.amp.GradScaler:
+    """A scaler with ``scaler``'s scale and growth state but no step under way (after a batch
+    was abandoned between ``unscale_`` and ``step``, the old one would refuse the next step)."""
+    fresh = torch.amp.GradScaler(device.type)
+    fresh.load_state_dict(scaler.state_dict())
+    return fresh

@@ -10,6 +10,8 @@ from typing import Any, Optional
 import torch
 from torchmetrics.classification import MulticlassAccuracy
 
+from composer_lab.trainer.distributed import mean_over_ranks
+
 __all__ = ["EvalMetrics"]
 
 
@@ -45,10 +47,12 @@ class EvalMetrics:
             self.accuracy.update(outputs.detach(), targets)
 
     def compute(self) -> dict[str, torch.Tensor]:
-        """``{'loss/eval': ..., 'metrics/eval/Accuracy': ...}`` for what was seen."""
+        """``{'loss/eval': ..., 'metrics/eval/Accuracy': ...}`` for what was seen; under torchrun,
+        for what every rank saw (torchmetrics syncs accuracy itself; the loss is all-reduced).
+        Every rank must call it."""
         out = {}
         if self._count:
-            out["loss/eval"] = self._loss_sum / self._count
+            out["loss/eval"] = mean_over_ranks(self._loss_sum / self._count, self._count)
         if self.accuracy is not None and self.accuracy.update_count:
             out["metrics/eval/Accuracy"] = self.accuracy.compute()
         return out

@@ -16,7 +16,7 @@ __all__ = ["seed_all", "rng_state", "load_rng_state", "preserved_rng", "seed_epo
 def seed_all(seed: int) -> None:
     """Seed Python's, NumPy's and torch's (CPU and CUDA) global generators."""
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+        raise ValueError(f"seed must be a non-negative int, got {seed!r}; pass e.g. seed=0")
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)

@@ -1,16 +1,19 @@
 """A run folder: the record of one training run, to compare runs side by side.
 
 Layout: ``config.json`` (name and settings), ``metrics.parquet`` (the logger's tidy metrics)
-and ``trace/`` (:meth:`Trace.save`: events, invocations and notes as parquet).
+and ``trace/`` (:meth:`Trace.save`: events, invocations and notes as parquet); a run trained
+under torchrun adds ``ranks/`` (every rank's events, invocations and notes, with a ``rank``
+column).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 import pandas as pd
 
@@ -23,24 +26,31 @@ RUN_FORMAT = "composer_lab.run/1"
 
 @dataclass
 class Run:
-    """One run: its ``name``, ``config`` (JSON-ready settings), ``trace`` and ``metrics``."""
+    """One run: its ``name``, ``config`` (JSON-ready settings), ``trace`` and ``metrics``;
+    ``rank_traces`` holds every rank's trace frames for a run trained under torchrun."""
 
     name: str
     config: dict[str, Any]
     trace: Trace
     metrics: pd.DataFrame = field(repr=False)
+    rank_traces: Optional[dict[str, pd.DataFrame]] = field(default=None, repr=False)
 
     def save(self, folder: Union[str, os.PathLike], overwrite: bool = False) -> Path:
         """Write the run to ``folder``; a folder that holds another run (or other files) is
         only replaced with ``overwrite=True``."""
         folder = Path(folder)
         if folder.exists() and not overwrite:
-            _refuse_foreign(folder, self.name)
+            _refuse_foreign(folder, self.name, self.config.get("run_id"))
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "config.json").write_text(json.dumps(
             {"format": RUN_FORMAT, "name": self.name, "config": self.config}, indent=2, default=str))
         self.metrics.to_parquet(folder / "metrics.parquet", index=False)
         self.trace.save(folder / "trace")
+        shutil.rmtree(folder / "ranks", ignore_errors=True)  # an overwritten run's
+        if self.rank_traces is not None:
+            (folder / "ranks").mkdir()
+            for name, frame in self.rank_traces.items():
+                frame.to_parquet(folder / "ranks" / f"{name}.parquet", index=False)
         return folder
 
     @classmethod
@@ -51,8 +61,11 @@ class Run:
         if info is None:
             raise FileNotFoundError(f"{folder} is not a run folder (no config.json from Run.save); write one "
                                     f"with trainer.to_run().save(folder) or `composer-lab run`")
+        ranks = folder / "ranks"
+        rank_traces = ({path.stem: pd.read_parquet(path) for path in sorted(ranks.glob("*.parquet"))}
+                       if ranks.is_dir() else None)
         return cls(info["name"], info.get("config", {}), Trace.load(folder / "trace"),
-                   pd.read_parquet(folder / "metrics.parquet"))
+                   pd.read_parquet(folder / "metrics.parquet"), rank_traces)
 
 
 def _read_config(folder: Path) -> Any:
@@ -66,7 +79,7 @@ def _read_config(folder: Path) -> Any:
     return info if isinstance(info, dict) else {}
 
 
-def _refuse_foreign(folder: Path, name: str) -> None:
+def _refuse_foreign(folder: Path, name: str, run_id: Any) -> None:
     if not folder.is_dir():
         raise ValueError(f"cannot save run {name!r} to {folder}: it is a file; choose a folder path")
     info = _read_config(folder)
@@ -78,3 +91,7 @@ def _refuse_foreign(folder: Path, name: str) -> None:
     if info.get("name") != name:
         raise ValueError(f"cannot save run {name!r} to {folder}: it holds the run {info.get('name')!r}; "
                          f"choose another folder, or pass overwrite=True to replace that run")
+    if info.get("config", {}).get("run_id") != run_id:
+        raise ValueError(f"cannot save run {name!r} to {folder}: it holds another run of the same name; "
+                         f"give this run another name (Trainer(run_name=...)), or pass overwrite=True to "
+                         f"replace that run")

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import os
 import time
+import uuid
 from typing import Any, Callable, Optional, Sequence, Union
 
 import torch
@@ -16,11 +18,14 @@ from composer_lab.core.logger import Logger
 from composer_lab.core.state import State
 from composer_lab.core.time import Time, Timestamp, TimeUnit, ensure_time
 from composer_lab.core.trace import Trace
+from composer_lab.trainer import distributed
 from composer_lab.trainer.adapter import ModelAdapter
 from composer_lab.trainer.batching import batch_size, batch_targets, split_batch
 from composer_lab.trainer.checkpoint import (CheckpointError, CheckpointSaver, frame_from_bytes, frame_to_bytes,
                                              load_checkpoint)
-from composer_lab.trainer.devices import make_grad_scaler, move_to_device, resolve_device, resolve_precision
+from composer_lab.trainer.devices import (fresh_grad_scaler, make_grad_scaler, move_to_device, resolve_device,
+                                          resolve_precision)
+from composer_lab.trainer.failures import InterruptGuard, NonFiniteLossError, failure_note, nonfinite_loss_message
 from composer_lab.trainer.interval import Interval
 from composer_lab.trainer.metrics import EvalMetrics
 from composer_lab.trainer.progress import ProgressBar
@@ -56,6 +61,17 @@ class Trainer:
         load_path: resume from this checkpoint.
         trace: 'all', 'ran' or 'off' (see :data:`~composer_lab.core.trace.TRACE_LEVELS`).
         progress_bar: show a tqdm.auto bar. run_name: names the run (default: the start time).
+        stop_on_nonfinite_loss: raise :class:`NonFiniteLossError` before the optimizer step of a
+            batch whose loss is NaN or infinite (one host read of the loss per batch).
+
+    A failure or interrupt (KeyboardInterrupt) during :meth:`fit` leaves a consistent trainer:
+    the batch in flight is either applied (optimizer step and timestamp) or not at all, the
+    trace notes which, and the next ``fit()`` continues from there.
+
+    Under ``torchrun`` (:mod:`composer_lab.trainer.distributed`) each rank trains on its shard
+    of the dataloaders (``batch_size`` is per rank) through DistributedDataParallel;
+    ``state.model`` stays the plain module, rank 0 writes the checkpoints and keeps the metrics,
+    and after ``fit`` :attr:`rank_traces` holds every rank's trace on rank 0.
     """
 
     def __init__(self, model: torch.nn.Module, train_dataloader: Any, max_duration: Union[str, Time],
@@ -67,7 +83,7 @@ class Trainer:
                  seed: int = 0, save_folder: Union[str, os.PathLike, None] = None,
                  save_interval: Union[str, Time] = "1ep", load_path: Union[str, os.PathLike, None] = None,
                  trace: Union[str, Trace] = "all", progress_bar: bool = True,
-                 run_name: Optional[str] = None) -> None:
+                 run_name: Optional[str] = None, stop_on_nonfinite_loss: bool = True) -> None:
         seed_all(seed)
         self.adapter = ModelAdapter(model, loss_fn)
         _check_dataloader(train_dataloader, "train_dataloader")
@@ -77,19 +93,24 @@ class Trainer:
                                   "LabelSmoothing(0.1)")
         user_callbacks = _check_items(callbacks, Callback, "callbacks", "a Callback instance")
         self.microbatch_size = _check_microbatch_size(device_train_microbatch_size)
-        device = resolve_device(device)
+        device = distributed.setup(resolve_device(device))  # under torchrun: the process group, this rank's GPU
+        rank = distributed.get_rank()
+        if rank:
+            seed_all(seed + rank)  # each rank its own random streams, as in Composer
         precision = resolve_precision(precision, device)
         self.eval_interval = Interval(eval_interval, "eval_interval")
-        self.eval_dataloader = eval_dataloader
+        self.eval_dataloader = distributed.shard_dataloader(eval_dataloader, "eval_dataloader", seed)
+        train_dataloader = distributed.shard_dataloader(train_dataloader, "train_dataloader", seed)
         run_name = run_name or time.strftime("run-%Y%m%d-%H%M%S-") + f"{time.time_ns() // 1_000_000 % 1000:03d}"
+        run_name = distributed.broadcast_object(run_name)  # one name for every rank
 
         self.state = State(model, max_duration, optimizers=optimizers, schedulers=schedulers,
                            dataloader=train_dataloader, algorithms=algorithms, precision=precision,
-                           device=device, seed=seed, run_name=run_name)
+                           device=device, seed=seed, run_name=run_name, rank=rank)
         self.state.loss_fn = loss_fn
-        self.logger = Logger(self.state)
+        self.logger = Logger(self.state) if rank == 0 else distributed.SilentLogger(self.state)
         self.engine = Engine(self.state, self.logger, algorithm_passes, trace)
-        self.progress_bar = ProgressBar() if progress_bar else None
+        self.progress_bar = ProgressBar() if progress_bar and rank == 0 else None
         self.checkpoint_saver = (CheckpointSaver(save_folder, Interval(save_interval, "save_interval"),
                                                  self.checkpoint_payload) if save_folder is not None else None)
         self.state.callbacks = [*user_callbacks, *[cb for cb in (self.progress_bar, self.checkpoint_saver) if cb]]
@@ -97,10 +118,19 @@ class Trainer:
         self.scaler = make_grad_scaler(precision, device)
         self.resumed_from: Optional[dict[str, Any]] = None
         self._batches: Optional[Any] = None
+        self._in_flight: Any = None  # the batch taken from the dataloader and not yet applied
+        self._batch_seq = 0  # the trace's seq when that batch was taken
+        self._guard = InterruptGuard()
+        self.run_id = distributed.broadcast_object(uuid.uuid4().hex)
+        """Tells this run from another of the same name (a resumed run keeps its checkpoint's)."""
+        self.stop_on_nonfinite_loss = stop_on_nonfinite_loss
         self._throughput_mark = (0, 0.0)
+        self.ddp = distributed.DDPModel()
+        self._rank_traces: Optional[dict[str, Any]] = None
 
         self.engine.run_event(Event.INIT)
         self.state.model.to(device)
+        self.ddp.wrap(self.state)
         if not self.state.optimizers:
             self.state.optimizers = [torch.optim.SGD(self.state.model.parameters(), lr=DEFAULT_LR, momentum=0.9)]
         self.engine.run_event(Event.BEFORE_LOAD)
@@ -124,6 +154,21 @@ class Trainer:
         """Paths of the checkpoints written so far."""
         return list(self.checkpoint_saver.saved) if self.checkpoint_saver else []
 
+    @property
+    def rank_traces(self) -> dict[str, Any]:
+        """The trace's ``events``, ``invocations`` and ``notes`` with a leading ``rank`` column. On
+        rank 0 of a torchrun launch: every rank's, gathered at the end of the last :meth:`fit`
+        (or by :meth:`gather_traces`); elsewhere: this process's own."""
+        if self._rank_traces is not None:
+            return self._rank_traces
+        return distributed.rank_frames(self.trace, self.state.rank)
+
+    def gather_traces(self) -> dict[str, Any]:
+        """Gather every rank's trace on rank 0 now and return :attr:`rank_traces`; under torchrun
+        every rank must call it (``fit`` does, at its end)."""
+        self._rank_traces = distributed.gather_traces(self.trace)
+        return self.rank_traces
+
     # -- fit ------------------------------------------------------------------------------------
     def fit(self, duration: Union[str, Time, None] = None) -> None:
         """Train until ``max_duration``; ``duration`` trains that much more (and extends
@@ -131,11 +176,31 @@ class Trainer:
         state, run = self.state, self.engine.run_event
         if duration is not None:
             state.max_duration = _extended(state.max_duration, state.timestamp, duration)
-        run(Event.FIT_START)
-        self._throughput_mark = (state.timestamp.sample, time.perf_counter())
-        while not self._reached_max_duration():
-            self._train_epoch()
-        run(Event.FIT_END)
+        with self._guard:
+            try:
+                run(Event.FIT_START)
+                self._throughput_mark = (state.timestamp.sample, time.perf_counter())
+                while not self._reached_max_duration():
+                    self._train_epoch()
+                run(Event.FIT_END)
+                self._rank_traces = distributed.gather_traces(self.trace)
+            except BaseException as err:
+                self._after_failure(err)
+                raise
+
+    def _after_failure(self, err: BaseException) -> None:
+        """Leave the trainer consistent after ``err`` ended a fit: a batch in flight is not
+        applied (gradients cleared, kept to train again); the trace notes what happened."""
+        state = self.state
+        applied = self._in_flight is None
+        if not applied:
+            for optimizer in state.optimizers:
+                optimizer.zero_grad(set_to_none=True)
+            if self.scaler is not None:
+                self.scaler = fresh_grad_scaler(self.scaler, state.device)
+            state.microbatch = None
+        event = self.engine.event.value if self.engine.event is not None else None
+        self.trace.note(*failure_note(err, event, state.timestamp, applied), state.timestamp)
 
     def _reached_max_duration(self) -> bool:
         duration = self.state.max_duration
@@ -151,15 +216,15 @@ class Trainer:
         by_epoch = state.max_duration.unit is TimeUnit.EPOCH
         while True:
             run(Event.BEFORE_DATALOADER)
-            batch = next(batches, None)
+            batch = self._in_flight if self._in_flight is not None else next(batches, None)
             if batch is None:
                 break
+            self._in_flight, self._batch_seq = batch, self.trace.seq
             state.batch = move_to_device(batch, device)
             run(Event.AFTER_DATALOADER)
             samples = batch_size(state.batch)
             run(Event.BATCH_START)
             self._train_batch(samples)
-            state.timestamp = state.timestamp.to_next_batch(samples)
             run(Event.BATCH_END)
             if self.eval_dataloader is not None and self.eval_interval.due_after_batch(state.timestamp):
                 self._evaluate()
@@ -206,8 +271,8 @@ class Trainer:
             state.microbatch = index
             state.batch = microbatch
             run(Event.BEFORE_FORWARD)
-            with state.precision_context():
-                state.outputs = adapter.forward(state.model, state.batch)
+            with state.precision_context(), self.ddp.training_forward(state, index == len(microbatches) - 1) as model:
+                state.outputs = adapter.forward(model, state.batch)
             run(Event.AFTER_FORWARD)
             run(Event.BEFORE_LOSS)
             with state.precision_context():
@@ -223,23 +288,52 @@ class Trainer:
         state.microbatch = None
         if len(microbatches) > 1:
             state.batch = full_batch
+        total_loss = distributed.mean_over_ranks(total_loss, samples)  # the global batch's: every rank agrees
+        if self.stop_on_nonfinite_loss:
+            self._check_finite(total_loss)
         if scaler is not None:
             for optimizer in state.optimizers:
                 scaler.unscale_(optimizer)
         run(Event.AFTER_TRAIN_BATCH)
-        for optimizer in state.optimizers:
+        self._apply_step(distributed.sum_over_ranks(samples), total_loss)
+
+    def _apply_step(self, samples: int, loss: torch.Tensor) -> None:
+        """Optimizer and scheduler steps, the step's metrics and the timestamp advance: the
+        batch is applied. A stop pressed meanwhile waits until all of it is done."""
+        state, scaler, guard = self.state, self.scaler, self._guard
+        guard.held = True
+        try:
+            for optimizer in state.optimizers:
+                if scaler is not None:
+                    scaler.step(optimizer)
+                else:
+                    optimizer.step()
             if scaler is not None:
-                scaler.step(optimizer)
-            else:
-                optimizer.step()
-        if scaler is not None:
-            scaler.update()
-        for scheduler in state.schedulers:
-            scheduler.step()
-        self.logger.log_metrics({"loss/train": total_loss, "lr": state.optimizers[0].param_groups[0]["lr"]},
-                                phase="fit")
-        if (state.timestamp.batch + 1) % THROUGHPUT_EVERY == 0:
-            self._log_throughput(samples)
+                scaler.update()
+            for scheduler in state.schedulers:
+                scheduler.step()
+            self.logger.log_metrics({"loss/train": loss, "lr": state.optimizers[0].param_groups[0]["lr"]},
+                                    phase="fit")
+            if (state.timestamp.batch + 1) % THROUGHPUT_EVERY == 0:
+                self._log_throughput(samples)
+            state.timestamp = state.timestamp.to_next_batch(samples)
+            self._in_flight = None
+        finally:
+            guard.release()
+
+    def _check_finite(self, loss: torch.Tensor) -> None:
+        """Raise :class:`NonFiniteLossError` if ``loss`` is NaN or infinite (one host read)."""
+        value = loss.item()
+        if math.isfinite(value):
+            return
+        calls = None
+        if self.trace.recording:
+            calls = self.trace.invocations
+            calls = calls[(calls["seq"] >= self._batch_seq) & calls["changed"].str.contains(
+                r"\b(?:batch|outputs|loss)\b", na=False)]
+        ts = self.state.timestamp
+        self.trace.note("nonfinite", f"loss {value} at batch {ts.batch}; stopped before the optimizer step", ts)
+        raise NonFiniteLossError(nonfinite_loss_message(value, ts, calls))
 
     def _log_throughput(self, pending: int = 0) -> None:
         """Samples per second since the last mark, from host timings (no device sync)."""
@@ -254,7 +348,8 @@ class Trainer:
     def eval(self, eval_dataloader: Any = None) -> dict[str, float]:
         """Evaluate now on ``eval_dataloader`` (default: the trainer's), between
         EVAL_STANDALONE_START and EVAL_STANDALONE_END; returns the metrics as floats."""
-        dataloader = eval_dataloader if eval_dataloader is not None else self.eval_dataloader
+        dataloader = (distributed.shard_dataloader(eval_dataloader, "eval_dataloader", self.state.seed)
+                      if eval_dataloader is not None else self.eval_dataloader)
         if dataloader is None:
             raise ValueError("eval() needs data: pass Trainer(eval_dataloader=...) or trainer.eval(dataloader)")
         _check_dataloader(dataloader, "eval_dataloader")
@@ -328,11 +423,17 @@ class Trainer:
         return outputs
 
     # -- checkpoints ----------------------------------------------------------------------------
-    def checkpoint_payload(self) -> dict[str, Any]:
-        """Everything a resumed run needs, in types ``torch.load(weights_only=True)`` reads."""
+    def checkpoint_payload(self) -> Optional[dict[str, Any]]:
+        """Everything a resumed run needs, in types ``torch.load(weights_only=True)`` reads.
+        Under torchrun every rank calls it (it gathers each rank's random state) and rank 0,
+        which writes the checkpoint, gets the payload; the other ranks get None."""
+        rank_rng = distributed.gather_object({"rng": rng_state(), "generators": self.state.generator_states()})
+        if rank_rng is None:
+            return None
         state, trace = self.state, self.trace
         return {
             "run_name": state.run_name,
+            "run_id": self.run_id,
             "seed": state.seed,
             "max_duration": str(state.max_duration),
             "model": state.model.state_dict(),
@@ -347,6 +448,7 @@ class Trainer:
             "callbacks": [cb.state_dict() for cb in state.callbacks],
             "metrics": frame_to_bytes(self.metrics),
             "trace": {name: frame_to_bytes(getattr(trace, name)) for name in ("events", "invocations", "notes")},
+            **({"rank_rng": rank_rng} if len(rank_rng) > 1 else {}),
         }
 
     def _load(self, path: Union[str, os.PathLike]) -> None:
@@ -375,8 +477,11 @@ class Trainer:
         for cb, cb_state in zip(state.callbacks, ckpt.get("callbacks", [])):
             cb.load_state_dict(cb_state)
         state.timestamp = Timestamp.from_state_dict(ckpt["timestamp"])
-        state.load_generator_states(ckpt.get("generators", {}))
-        load_rng_state(ckpt["rng"])
+        self.run_id = ckpt.get("run_id", self.run_id)
+        random_state = distributed.rank_random_state(ckpt)
+        if random_state is not None:
+            state.load_generator_states(random_state["generators"])
+            load_rng_state(random_state["rng"])
         self.logger.load_metrics(frame_from_bytes(ckpt["metrics"]))
         self.resumed_from = {"path": str(path),
                              "trace": {k: frame_from_bytes(v) for k, v in ckpt["trace"].items()}}
@@ -390,6 +495,7 @@ class Trainer:
         state = self.state
         return {
             "run_name": state.run_name,
+            "run_id": self.run_id,
             "model": type(state.model).__name__,
             "loss_fn": getattr(state.loss_fn, "__name__", repr(state.loss_fn)) if state.loss_fn else None,
             "max_duration": str(state.max_duration),
@@ -403,14 +509,15 @@ class Trainer:
             "device_train_microbatch_size": self.microbatch_size,
             "seed": state.seed,
             "eval_interval": str(self.eval_interval.time),
-            "batch_size": getattr(state.dataloader, "batch_size", None),
+            "batch_size": getattr(state.dataloader, "batch_size", None),  # per rank under torchrun
+            "world_size": distributed.get_world_size(),
             "trace": self.trace.level,
         }
 
     def to_run(self) -> Any:
         """This run as a :class:`~composer_lab.trainer.run.Run` (config, trace, metrics)."""
         from composer_lab.trainer.run import Run
-        return Run(self.state.run_name, self.config, self.trace, self.metrics)
+        return Run(self.state.run_name, self.config, self.trace, self.metrics, self._rank_traces)
 
     def close(self) -> None:
         """Close the callbacks (progress bar, files)."""

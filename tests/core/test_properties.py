@@ -1,89 +1,327 @@
-"""Property-based tests of the ordering rules, durations and trace persistence."""
+"""Property-based tests: the ordering rules of the passes on any list of algorithms and any
+event, ``plan`` against what ``run_event`` then does, durations round-tripping through their
+strings, and traces round-tripping through ``save`` / ``load``.
 
+The algorithm lists hold instances of the real algorithm classes (several of one class, the
+same instance twice, Selective Backprop with RandomSubset, FusedLayerNorm with
+GatedLinearUnits, MixUp with CutMix), so the passes see exactly what they would see in a run;
+only ``events``, ``match`` and ``apply`` are replaced per instance (:func:`spy`), so the
+algorithms listen and say yes at drawn events and record themselves instead of training.
+"""
+
+from __future__ import annotations
+
+import re
 import tempfile
-from decimal import Decimal
+import warnings
+from collections import Counter
+from typing import Any, Optional, Sequence
 
 import pandas as pd
-import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from composer_lab.core import DEFAULT_PASSES, Engine, Event, State, Time, Trace
-from composer_lab.core.passes import is_filo_reversed
+from composer_lab.algorithms import ALGORITHMS, CutMix, FusedLayerNorm, MixUp
+from composer_lab.algorithms.batch_selection import BatchSelection
+from composer_lab.core import (DEFAULT_PASSES, Algorithm, Callback, Engine, Event, State, Time, TimeUnit,
+                               Trace, ensure_time)
 
-from .helpers import FakeFusedLayerNorm, FakeMixUp, FakeSelectiveBackprop, Recorder
+BEFORE_AFTER = {
+    Event.BEFORE_LOAD: Event.AFTER_LOAD,
+    Event.BEFORE_DATALOADER: Event.AFTER_DATALOADER,
+    Event.BEFORE_TRAIN_BATCH: Event.AFTER_TRAIN_BATCH,
+    Event.BEFORE_FORWARD: Event.AFTER_FORWARD,
+    Event.BEFORE_LOSS: Event.AFTER_LOSS,
+    Event.BEFORE_BACKWARD: Event.AFTER_BACKWARD,
+    Event.EVAL_BEFORE_ALL: Event.EVAL_AFTER_ALL,
+    Event.EVAL_BEFORE_FORWARD: Event.EVAL_AFTER_FORWARD,
+    Event.PREDICT_BEFORE_FORWARD: Event.PREDICT_AFTER_FORWARD,
+}
+"""Each before-event and the after-event that closes it; on those after-events the passes run
+the algorithms that are not pinned in the reverse of their before-event order."""
 
-KINDS = {"plain": Recorder, "sb": FakeSelectiveBackprop, "fln": FakeFusedLayerNorm, "mix": FakeMixUp}
 EVENTS = st.sampled_from(list(Event))
-# Random lists often hold two loss-interpolating algorithms; the pass's warning is tested elsewhere.
-pytestmark = pytest.mark.filterwarnings("ignore:.*interpolate the loss:UserWarning")
+NAMES = st.sampled_from(sorted(ALGORITHMS)) | st.sampled_from(
+    ["selective_backprop", "random_subset", "fused_layernorm", "gated_linear_units", "mixup", "cutmix"])
+"""Any algorithm, half the time one that a pass treats specially."""
+EVENT_SETS = st.frozensets(EVENTS)
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def spy(algorithm: Algorithm, listens: Optional[frozenset], says_yes: frozenset, log: list) -> Algorithm:
+    """``algorithm``, still of its class, listening at ``listens`` (None: every event), matching
+    at ``says_yes`` and appending itself to ``log`` when applied."""
+    algorithm.events = listens
+    algorithm.match = lambda event, state: event in says_yes
+    algorithm.apply = lambda event, state, logger: log.append(algorithm)
+    return algorithm
 
 
 @st.composite
-def algorithm_lists(draw):
+def algorithm_lists(draw: Any, max_size: int = 8) -> tuple[list[Algorithm], list]:
+    """Spied instances of any algorithm classes, possibly the same instance more than once,
+    and the log they append to when applied."""
     log: list = []
-    specs = draw(st.lists(st.tuples(st.sampled_from(sorted(KINDS)), st.sets(EVENTS, min_size=1)), max_size=8))
-    return [KINDS[kind](f"{kind}{i}", events, log) for i, (kind, events) in enumerate(specs)], log
+    specs = draw(st.lists(st.tuples(NAMES, st.none() | EVENT_SETS, EVENT_SETS), max_size=max_size))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # FusedLayerNorm without Apex
+        algorithms = [spy(ALGORITHMS[name](), listens, yes, log) for name, listens, yes in specs]
+    if algorithms:
+        repeats = draw(st.lists(st.sampled_from(algorithms), max_size=2))
+        algorithms += repeats
+        algorithms = draw(st.permutations(algorithms))
+    return list(algorithms), log
 
 
-def new_state(algorithms):
-    state = State(torch.nn.Linear(2, 2), "1ep", algorithms=algorithms)
-    state.batch = (torch.zeros(1, 2), torch.zeros(1))
-    return state
+def is_pinned(algorithm: Algorithm) -> bool:
+    """Batch selectors (SelectiveBackprop, RandomSubset) and FusedLayerNorm: the passes pin them."""
+    return isinstance(algorithm, (BatchSelection, FusedLayerNorm))
 
 
-def ordered(algorithms, event):
-    for p in DEFAULT_PASSES:
-        algorithms = p(algorithms, event)
-    return list(algorithms)
+def new_engine(algorithms: list, trace: str = "all") -> Engine:
+    state = State(torch.nn.Linear(2, 2), "4ba", algorithms=algorithms)
+    state.batch = (torch.zeros(2, 2), torch.zeros(2, dtype=torch.long))
+    return Engine(state, trace=trace)
 
 
-@settings(max_examples=200, deadline=None)
-@given(algorithm_lists(), EVENTS)
-def test_default_passes_permute_and_pin(algos_log, event):
+def planned(engine: Engine, event: Event, algorithms: Optional[list] = None, assume_matched: bool = False) -> list:
+    """The engine's plan, with the interpolation warning silenced (it has its own test)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return engine.plan(event, algorithms, assume_matched=assume_matched)
+
+
+def same_items(a: Sequence, b: Sequence) -> bool:
+    """Whether ``a`` is a permutation of ``b``, by identity, counting repeats."""
+    return Counter(map(id, a)) == Counter(map(id, b))
+
+
+def in_order(items: Sequence, keep: set) -> list:
+    """The items whose id is in ``keep``, in order."""
+    return [a for a in items if id(a) in keep]
+
+
+# -- the passes ---------------------------------------------------------------------------------
+def test_before_after_pairs_are_every_before_and_after_event():
+    assert {e for e in Event if "before_" in e.value} == set(BEFORE_AFTER)
+    assert {e for e in Event if "after_" in e.value} == set(BEFORE_AFTER.values())
+    assert all(a.value == b.value.replace("before_", "after_") for b, a in BEFORE_AFTER.items())
+
+
+# Each property is checked at every one of the 37 events (or every pair) for each drawn list.
+@SETTINGS
+@given(algorithm_lists())
+def test_every_pass_and_the_plan_return_a_permutation(algos_log):
     algorithms, _ = algos_log
-    out = ordered(algorithms, event)
-    assert sorted(map(id, out)) == sorted(map(id, algorithms))  # nothing lost or duplicated
-    sbs = [a for a in out if a.selects_batch]
-    assert out[:len(sbs)] == sbs  # Selective Backprop first where present
-    flns = [a for a in out if a.fuses_layernorm]
-    assert out[len(out) - len(flns):] == flns  # FusedLayerNorm last
-    others = [a for a in algorithms if not (a.selects_batch or a.fuses_layernorm)]
-    expected = others[::-1] if is_filo_reversed(event) else others
-    assert [a for a in out if a in others] == expected  # after-events reverse the others
+    engine = new_engine(algorithms)
+    for event in Event:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for algorithm_pass in DEFAULT_PASSES:
+                assert same_items(algorithm_pass(list(algorithms), event), algorithms), algorithm_pass.__name__
+        assert same_items(planned(engine, event, assume_matched=True), algorithms), event
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(algorithm_lists(), st.lists(EVENTS, min_size=1, max_size=6))
-def test_plan_equals_what_run_event_does(algos_log, events):
+@SETTINGS
+@given(algorithm_lists())
+def test_selective_backprop_first_and_fused_layernorm_last(algos_log):
+    algorithms, _ = algos_log
+    engine = new_engine(algorithms)
+    selectors = sum(isinstance(a, BatchSelection) for a in algorithms)
+    fused = sum(isinstance(a, FusedLayerNorm) for a in algorithms)
+    for event in Event:
+        order = planned(engine, event, assume_matched=True)
+        assert all(isinstance(a, BatchSelection) for a in order[:selectors]), event
+        assert all(isinstance(a, FusedLayerNorm) for a in order[len(order) - fused:]), event
+
+
+@SETTINGS
+@given(algorithm_lists())
+def test_after_events_reverse_the_before_event_order_of_the_others(algos_log):
+    algorithms, _ = algos_log
+    engine = new_engine(algorithms)
+    others = {id(a) for a in algorithms if not is_pinned(a)}
+    for before, after in BEFORE_AFTER.items():
+        on_before = in_order(planned(engine, before, assume_matched=True), others)
+        assert in_order(planned(engine, after, assume_matched=True), others) == on_before[::-1], after
+        # Among the algorithms that match both events, too.
+        both = others & {id(a) for a in planned(engine, before)} & {id(a) for a in planned(engine, after)}
+        assert in_order(planned(engine, after), both) == in_order(planned(engine, before), both)[::-1], after
+
+
+@SETTINGS
+@given(algorithm_lists())
+def test_other_events_keep_the_list_order_of_the_others(algos_log):
+    algorithms, _ = algos_log
+    engine = new_engine(algorithms)
+    others = {id(a) for a in algorithms if not is_pinned(a)}
+    for event in set(Event) - set(BEFORE_AFTER.values()):
+        assert in_order(planned(engine, event, assume_matched=True), others) == in_order(algorithms, others), event
+
+
+@SETTINGS
+@given(algorithm_lists())
+def test_warns_exactly_when_two_loss_interpolating_algorithms_run(algos_log):
+    algorithms, _ = algos_log
+    engine = new_engine(algorithms)
+    mixers = sum(isinstance(a, (MixUp, CutMix)) for a in algorithms)
+    for event in Event:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            engine.plan(event, assume_matched=True)
+        assert any("interpolate the loss" in str(w.message) for w in caught) == (mixers >= 2), event
+
+
+# -- plan against run_event -----------------------------------------------------------------------
+@st.composite
+def event_steps(draw: Any, algorithms: list) -> list[tuple[Event, list, list]]:
+    """Events to fire, each with the pass list and the algorithms list in force (a lab may
+    switch either between any two events)."""
+    passes = st.lists(st.sampled_from(DEFAULT_PASSES), unique=True)
+    lists = st.lists(st.sampled_from(algorithms), unique_by=id) if algorithms else st.just([])
+    return draw(st.lists(st.tuples(EVENTS, passes, st.one_of(st.just(algorithms), lists)), min_size=1, max_size=6))
+
+
+def ran_in_order(trace: Trace) -> dict[int, list[str]]:
+    """For each event's ``seq``, the names of the algorithms that ran, in the trace's ``order``."""
+    calls = trace.invocations
+    ran = calls[(calls["kind"] == "algorithm") & calls["matched"]].sort_values(["seq", "order"])
+    return {seq: group["name"].astype(str).tolist() for seq, group in ran.groupby("seq")}
+
+
+@SETTINGS
+@given(st.data(), algorithm_lists(), st.sampled_from(["all", "ran"]))
+def test_plan_equals_what_run_event_then_does(data, algos_log, level):
     algorithms, log = algos_log
-    engine = Engine(new_state(algorithms))
-    for event in events:
-        planned = [a.name for a in engine.plan(event)]
+    engine = new_engine(algorithms, level)
+    plans = {}
+    for event, passes, enabled in data.draw(event_steps(algorithms)):
+        engine.passes = passes
+        engine.state.algorithms = list(enabled)
+        plan = planned(engine, event)
         log.clear()
-        engine.run_event(event)
-        assert log == planned
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            engine.run_event(event)
+        assert [id(a) for a in log] == [id(a) for a in plan]
+        if plan:
+            plans[engine.trace.seq] = [engine.trace.label(a) for a in plan]
+    assert ran_in_order(engine.trace) == plans
 
 
-@given(st.one_of(
-    st.builds(lambda n, u: f"{n}{u}", st.integers(0, 10**9), st.sampled_from(["ep", "ba", "sp"])),
-    st.builds(lambda x: f"{format(Decimal(repr(x)), 'f')}dur", st.floats(0, 1, allow_nan=False))))
-def test_duration_strings_round_trip(text):
-    t = Time.from_timestring(text)
-    assert Time.from_timestring(str(t)) == t
-    assert t.value == (float(text[:-3]) if text.endswith("dur") else int(text[:-2]))
+# -- durations ----------------------------------------------------------------------------------
+COUNTS = st.builds(Time, st.integers(0, 10**12), st.sampled_from([TimeUnit.EPOCH, TimeUnit.BATCH, TimeUnit.SAMPLE]))
+FRACTIONS = st.builds(Time, st.floats(0, 1) | st.just(-0.0), st.just(TimeUnit.DURATION))
+
+
+@st.composite
+def duration_strings(draw: Any) -> tuple[str, float]:
+    """A string ``from_timestring`` accepts (leading zeros, trailing zeros, surrounding blanks)
+    and the number it holds."""
+    unit = draw(st.sampled_from(["ep", "ba", "sp", "dur"]))
+    if unit == "dur":
+        number = format(draw(st.decimals(0, 1, allow_nan=False, places=draw(st.integers(0, 8)))), "f")
+    else:
+        number = "0" * draw(st.integers(0, 2)) + str(draw(st.integers(0, 10**12)))
+    pad = st.sampled_from(["", " ", "\t"])
+    return f"{draw(pad)}{number}{unit}{draw(pad)}", float(number)
+
+
+@SETTINGS
+@given(st.one_of(COUNTS, FRACTIONS))
+def test_a_time_round_trips_through_its_string(time):
+    text = str(time)
+    assert re.fullmatch(r"\d+(\.\d+)?(ep|ba|sp|dur)", text)  # positional notation, no exponent
+    assert Time.from_timestring(text) == time
+    assert ensure_time(text) == time
+
+
+@SETTINGS
+@given(duration_strings())
+def test_a_duration_string_round_trips(text_number):
+    text, number = text_number
+    time = Time.from_timestring(text)
+    assert time.value == number
+    assert Time.from_timestring(str(time)) == time
+    assert str(Time.from_timestring(str(time))) == str(time)
+
+
+# -- the trace ----------------------------------------------------------------------------------
+class Failing(Exception):
+    """Raised by a traced call on purpose."""
+
+
+class Watcher(Callback):
+    """A callback that listens at drawn events."""
+
+    def __init__(self, listens: frozenset) -> None:
+        self.listens = listens
+
+    def events(self) -> frozenset:
+        return self.listens
+
+    def run_event(self, event: Event, state: State, logger: Any) -> None:
+        state.outputs = event.value
+
+
+def act(algorithm: Algorithm, outcome: str) -> None:
+    """Make a spied ``algorithm`` return an exit code, change the loss or batch, or raise."""
+    def apply(event: Event, state: State, logger: Any) -> Optional[int]:
+        if outcome == "raise":
+            raise Failing(f"{type(algorithm).__name__} failed at {event.value} ✗")
+        if outcome == "loss":
+            state.loss = torch.tensor(1.0)
+        elif outcome == "batch":
+            state.batch[0].add_(1)
+        return 3 if outcome == "code" else None
+
+    algorithm.apply = apply
+
+
+TRACED_STEP = st.tuples(EVENTS, st.none() | st.integers(0, 3), st.integers(0, 2), st.none() | st.text(max_size=12))
+"""An event, the microbatch, how many batches to advance first, and a note to leave (if any)."""
+
+
+def traced_run(algorithms: list, callbacks: list, level: str, steps: list) -> Trace:
+    """Fire ``steps`` with the trace at ``level``; failing calls are recorded and go on."""
+    engine = new_engine(algorithms, level)
+    engine.state.callbacks = callbacks
+    for event, microbatch, advance, note in steps:
+        for _ in range(advance):
+            engine.state.timestamp = engine.state.timestamp.to_next_batch(2)
+        engine.state.microbatch = microbatch
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                engine.run_event(event)
+        except Failing:
+            pass
+        if note is not None:
+            engine.trace.note("hparam", note, engine.state.timestamp if advance else None)
+    return engine.trace
+
+
+def saved_and_loaded(trace: Trace) -> Trace:
+    with tempfile.TemporaryDirectory() as folder:
+        trace.save(folder)
+        return Trace.load(folder)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(algorithm_lists(), st.lists(EVENTS, max_size=10), st.sampled_from(["all", "ran"]))
-def test_trace_survives_save_and_load(algos_log, events, level):
+@given(algorithm_lists(max_size=5), st.lists(st.sampled_from(["none", "code", "loss", "batch", "raise"]), max_size=5),
+       st.lists(EVENT_SETS, max_size=2), st.sampled_from(["all", "ran", "off"]), st.lists(TRACED_STEP, max_size=10),
+       st.dictionaries(st.text(max_size=5), st.integers() | st.text(max_size=5), max_size=3))
+def test_a_trace_survives_save_and_load_unchanged(algos_log, outcomes, listens, level, steps, meta):
     algorithms, _ = algos_log
-    engine = Engine(new_state(algorithms), trace=level)
-    for event in events:
-        engine.run_event(event)
-    with tempfile.TemporaryDirectory() as folder:
-        engine.trace.save(folder)
-        loaded = Trace.load(folder)
-        for name in ("events", "invocations", "notes"):
-            pd.testing.assert_frame_equal(getattr(loaded, name), getattr(engine.trace, name))
+    for algorithm, outcome in zip(algorithms, outcomes):
+        act(algorithm, outcome)
+    trace = traced_run(algorithms, [Watcher(events) for events in listens], level, steps)
+    trace.meta = meta
+    loaded = saved_and_loaded(trace)
+    assert (loaded.level, loaded.meta) == (trace.level, trace.meta)
+    again = saved_and_loaded(loaded)
+    for name in ("events", "invocations", "notes"):
+        pd.testing.assert_frame_equal(getattr(loaded, name), getattr(trace, name))
+        pd.testing.assert_frame_equal(getattr(again, name), getattr(trace, name))
+

@@ -74,6 +74,26 @@ def test_saving_over_another_run_needs_overwrite(tmp_path):
     assert Run.load(tmp_path).name == "second"
 
 
+def test_another_run_of_the_same_name_is_not_saved_over(tmp_path):
+    first = make_trainer(run_name="same", max_duration="1ba")
+    first.to_run().save(tmp_path)
+    again = make_trainer(run_name="same", max_duration="1ba")
+    with pytest.raises(ValueError, match="another run of the same name.*run_name=.*overwrite=True"):
+        again.to_run().save(tmp_path)
+    assert Run.load(tmp_path).config["run_id"] == first.run_id
+
+
+def test_a_resumed_run_is_the_same_run(tmp_path):
+    first = make_trainer(run_name="r", max_duration="2ba", save_folder=tmp_path / "ckpt", save_interval="1ba")
+    first.fit("1ba")
+    first.to_run().save(tmp_path / "run")
+    resumed = make_trainer(run_name="r", max_duration="2ba", load_path=first.checkpoints[-1])
+    resumed.fit()
+    assert resumed.run_id == first.run_id
+    resumed.to_run().save(tmp_path / "run")  # its own folder: updated, not refused
+    assert Run.load(tmp_path / "run").trace.events["batch"].max() == 2
+
+
 def test_saving_into_a_folder_of_other_files_is_refused(tmp_path):
     (tmp_path / "notes.txt").write_text("mine")
     trainer = make_trainer(max_duration="1ba")

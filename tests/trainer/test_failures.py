@@ -1,0 +1,198 @@
+"""Failures during fit: interrupts, non-finite losses and failed saves leave a trainer, its
+trace and its checkpoints consistent, and a following fit() continues from there."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+import torch
+
+from composer_lab import Callback, Event
+from composer_lab.trainer import NonFiniteLossError, load_checkpoint
+from composer_lab.trainer import checkpoint as checkpoint_module
+
+from tests.trainer.helpers import OnEvent, make_trainer
+
+BATCHES_PER_EPOCH, EPOCHS = 3, 2
+TOTAL = BATCHES_PER_EPOCH * EPOCHS
+
+
+class InterruptOnce(Callback):
+    """Raises ``error`` the first time ``event`` fires at global batch ``batch`` or later."""
+
+    def __init__(self, event: Event, batch: int, error: BaseException = KeyboardInterrupt()) -> None:
+        self.event, self.batch, self.error = event, batch, error
+        self.fired = False
+
+    def run_event(self, event, state, logger) -> None:
+        if event is self.event and not self.fired and state.timestamp.batch >= self.batch:
+            self.fired = True
+            raise self.error
+
+
+def _weights(trainer) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in trainer.state.model.parameters()]
+
+
+def _trained_for(batches: int) -> list[torch.Tensor]:
+    """The weights after exactly ``batches`` uninterrupted optimizer steps."""
+    trainer = make_trainer(max_duration=f"{batches}ba")
+    trainer.fit()
+    return _weights(trainer)
+
+
+def _assert_weights(trainer, expected) -> None:
+    for got, want in zip(_weights(trainer), expected):
+        assert torch.equal(got, want)
+
+
+# event, the global batch from which the interrupt comes, whether the batch in flight is
+# applied by then (mid-epoch for the batch events, the first epoch's end, the second's start)
+INTERRUPT_POINTS = [
+    (Event.AFTER_DATALOADER, 4, False),
+    (Event.BEFORE_FORWARD, 4, False),
+    (Event.AFTER_LOSS, 4, False),
+    (Event.AFTER_BACKWARD, 4, False),
+    (Event.AFTER_TRAIN_BATCH, 4, False),
+    (Event.BATCH_END, 4, True),
+    (Event.BATCH_CHECKPOINT, 4, True),
+    (Event.EPOCH_END, 3, True),
+    (Event.EPOCH_START, 3, True),
+]
+
+
+@pytest.mark.parametrize("event,batch,applied", INTERRUPT_POINTS, ids=[e.value for e, _, _ in INTERRUPT_POINTS])
+def test_interrupt_leaves_a_consistent_trainer_and_fit_continues(event, batch, applied):
+    stop = InterruptOnce(event, batch)
+    trainer = make_trainer(callbacks=[stop])
+    with pytest.raises(KeyboardInterrupt):
+        trainer.fit()
+
+    ts = trainer.state.timestamp
+    # Weights, optimizer and timestamp agree: exactly ts.batch steps were taken.
+    _assert_weights(trainer, _trained_for(ts.batch))
+    assert trainer.state.optimizers[0].state_dict()["state"][0]["momentum_buffer"] is not None
+    if not applied:
+        assert ts.batch == 4 and all(p.grad is None for p in trainer.state.model.parameters())
+    note = trainer.trace.notes.iloc[-1]
+    assert note["kind"] == "interrupt" and event.value in note["text"]
+    assert ("was not applied" in note["text"]) is (not applied)
+    interrupted = trainer.trace.invocations.query("error.notna()")
+    assert list(interrupted["event"]) == [event.value]
+
+    trainer.fit()  # continues where it stopped
+    _assert_weights(trainer, _trained_for(TOTAL))
+    assert trainer.state.timestamp.batch == TOTAL and trainer.state.timestamp.epoch == EPOCHS
+    losses = trainer.metrics.query("name == 'loss/train'")
+    assert list(losses["batch"]) == list(range(TOTAL)), "each batch is logged once"
+    steps = trainer.trace.events.query("event == 'batch_end'")
+    assert list(steps["batch"]) == list(range(1, TOTAL + 1)), "each batch ends once"
+
+
+def test_a_stop_pressed_during_the_optimizer_step_waits_until_the_batch_is_applied():
+    trainer = make_trainer()
+    optimizer = trainer.state.optimizers[0]
+    calls = []
+
+    def press_stop(opt, args, kwargs):
+        calls.append(trainer.state.timestamp.batch)
+        if trainer.state.timestamp.batch == 2:
+            os.kill(os.getpid(), signal.SIGINT)  # as Jupyter's stop button does
+
+    optimizer.register_step_pre_hook(press_stop)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.fit()
+    assert trainer.state.timestamp.batch == 3, "batch 2 was fully applied before the interrupt"
+    _assert_weights(trainer, _trained_for(3))
+    assert "batch 2 was the last one applied" in trainer.trace.notes["text"].iloc[-1]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, "fit restores the handler"
+
+
+def test_a_failing_algorithm_is_noted_and_the_next_fit_trains_the_batch_again():
+    def fail(state):
+        raise RuntimeError("broken augmentation")
+
+    flaky = OnEvent(Event.AFTER_DATALOADER, fail)
+    trainer = make_trainer(algorithms=[flaky])
+    with pytest.raises(RuntimeError, match="broken augmentation"):
+        trainer.fit()
+    note = trainer.trace.notes.iloc[-1]
+    assert note["kind"] == "error" and "RuntimeError: broken augmentation" in note["text"]
+    assert "batch 0 was not applied" in note["text"]
+    flaky.fn = None
+    trainer.fit()
+    _assert_weights(trainer, _trained_for(TOTAL))
+
+
+class NaNAt(OnEvent):
+    """Makes the loss NaN at AFTER_LOSS of global batch ``batch``."""
+
+    def __init__(self, batch: int) -> None:
+        def poison(state):
+            if state.timestamp.batch == batch:
+                state.loss = state.loss * float("nan")
+        super().__init__(Event.AFTER_LOSS, poison)
+
+
+def test_nonfinite_loss_stops_before_the_step_and_names_the_culprit():
+    trainer = make_trainer(algorithms=[NaNAt(batch=2)])
+    with pytest.raises(NonFiniteLossError) as info:
+        trainer.fit()
+    message = str(info.value)
+    assert "loss is nan at batch 2 (epoch 0, batch 2 of the epoch)" in message
+    assert "NaNAt at after_loss (changed loss)" in message
+    assert "stop_on_nonfinite_loss=False" in message
+    _assert_weights(trainer, _trained_for(2))
+    assert all(torch.isfinite(p).all() for p in trainer.state.model.parameters())
+    assert trainer.trace.notes["kind"].tolist() == ["nonfinite", "error"]
+
+
+def test_nonfinite_input_names_the_algorithm_that_changed_the_batch():
+    def poison(state):
+        x, y = state.batch
+        state.batch = (x * float("inf"), y)
+
+    trainer = make_trainer(algorithms=[OnEvent(Event.AFTER_DATALOADER, poison)])
+    with pytest.raises(NonFiniteLossError, match=r"OnEvent at after_dataloader \(changed batch\)"):
+        trainer.fit()
+
+
+def test_nonfinite_loss_with_the_trace_off_says_so():
+    trainer = make_trainer(algorithms=[NaNAt(batch=0)], trace="off")
+    with pytest.raises(NonFiniteLossError, match="the trace is off"):
+        trainer.fit()
+
+
+def test_nonfinite_loss_check_can_be_switched_off():
+    trainer = make_trainer(algorithms=[NaNAt(batch=1)], stop_on_nonfinite_loss=False)
+    trainer.fit()
+    assert trainer.state.timestamp.batch == TOTAL
+    assert not all(torch.isfinite(p).all() for p in trainer.state.model.parameters())
+
+
+def test_a_save_that_fails_midway_leaves_the_last_good_checkpoint(tmp_path, monkeypatch):
+    trainer = make_trainer(save_folder=tmp_path, save_interval="1ba")
+    trainer.fit("2ba")
+    good = tmp_path / "ep0-ba2.pt"
+    before = good.read_bytes()
+    real_save = torch.save
+
+    def save_half(obj, f, *args, **kwargs):
+        real_save(obj, f, *args, **kwargs)
+        f.truncate(f.tell() // 2)  # the disk filled up halfway through
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(checkpoint_module.torch, "save", save_half)
+    with pytest.raises(OSError, match="No space left"):
+        checkpoint_module.save_checkpoint(trainer.checkpoint_payload(), good)
+    assert good.read_bytes() == before
+    assert load_checkpoint(good)["timestamp"]["batch"] == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ep0-ba1.pt", "ep0-ba2.pt"], "no temporary file is left"
+
+    with pytest.raises(OSError, match="No space left"):
+        trainer.fit("1ba")  # the trainer's own save of the next checkpoint fails the same way
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ep0-ba1.pt", "ep0-ba2.pt"]
+    failed = trainer.trace.invocations.query("error.notna()")
+    assert list(failed["name"]) == ["CheckpointSaver"] and "No space left" in failed["error"].iloc[0]
