@@ -24,7 +24,7 @@ from composer_lab.algorithms import LabelSmoothing
 from composer_lab.cli import parse_algorithms
 from composer_lab.core import Engine, State
 from composer_lab.lab import Control
-from composer_lab.trainer import Trainer
+from composer_lab.trainer import Trainer, distributed
 from composer_lab.trainer.checkpoint import CheckpointNotFoundError, save_checkpoint
 
 CATALOGUE = Path(__file__).resolve().parents[1] / "docs" / "errors.md"
@@ -33,7 +33,7 @@ MIN_ROWS = 30
 HEADER = ("input", "exception", "message")
 
 IMPORTS: dict[str, Any] = {
-    "torch": torch, "F": F, "pd": pd, "cf": cf, "parse_algorithms": parse_algorithms,
+    "torch": torch, "F": F, "pd": pd, "cf": cf, "parse_algorithms": parse_algorithms, "distributed": distributed,
     "CheckpointNotFoundError": CheckpointNotFoundError,
     **{name: getattr(module, name) for module in (core, trainer_layer, algorithms, lab, data, models)
        for name in module.__all__},

@@ -77,7 +77,7 @@ def nonfinite_loss_message(loss: float, timestamp: Any, calls: Any) -> str:
     else:
         culprits = "calls that changed the batch, outputs or loss just before, in order: " + "; ".join(
             f"{row.name} at {row.event} (changed {row.changed})" for row in calls.itertuples())
-    return (f"{where}. {culprits}. Fix the cause, or pass Trainer(stop_on_nonfinite_loss=False) to train on "
+    return (f"{where}; {culprits}. Fix the cause, or pass Trainer(stop_on_nonfinite_loss=False) to train on "
             f"regardless")
 
 

@@ -6,6 +6,7 @@ import math
 import os
 import time
 import uuid
+from collections.abc import Iterable
 from typing import Any, Callable, Optional, Sequence, Union
 
 import torch
@@ -91,7 +92,12 @@ class Trainer:
             _check_dataloader(eval_dataloader, "eval_dataloader")
         algorithms = _check_items(algorithms, Algorithm, "algorithms", "an Algorithm instance, e.g. "
                                   "LabelSmoothing(0.1)")
-        user_callbacks = _check_items(callbacks, Callback, "callbacks", "a Callback instance")
+        user_callbacks = _check_items(callbacks, Callback, "callbacks", "a Callback instance (subclass "
+                                      "composer_lab.Callback and override e.g. after_loss(state, logger))")
+        _check_items(optimizers, torch.optim.Optimizer, "optimizers", "a torch.optim.Optimizer over the model's "
+                     "parameters, e.g. torch.optim.SGD(model.parameters(), lr=0.1)")
+        _check_items(schedulers, torch.optim.lr_scheduler.LRScheduler, "schedulers", "a learning-rate scheduler "
+                     "of torch.optim.lr_scheduler, e.g. StepLR(optimizer, step_size=100)")
         self.microbatch_size = _check_microbatch_size(device_train_microbatch_size)
         device = distributed.setup(resolve_device(device))  # under torchrun: the process group, this rank's GPU
         rank = distributed.get_rank()
@@ -390,7 +396,8 @@ class Trainer:
         finally:
             model.train(was_training)
         if not seen:
-            raise ValueError("eval_dataloader yielded no batches; give it at least one batch")
+            raise ValueError("eval_dataloader yielded no batches; give it at least one batch (check the dataset's "
+                             "length, batch_size and drop_last)")
         results = metrics.compute()
         self.logger.log_metrics(results, phase="eval")
         run(Event.EVAL_END)
@@ -459,7 +466,7 @@ class Trainer:
         try:
             state.model.load_state_dict(ckpt["model"])
         except RuntimeError as err:
-            raise CheckpointError(f"checkpoint {str(path)!r} does not fit this model: {str(err).splitlines()[0]}; "
+            raise CheckpointError(f"checkpoint {str(path)!r} does not fit this model ({_state_dict_mismatch(err)}); "
                                   f"build the same model, with the same surgery algorithms, as the run that "
                                   f"wrote it") from None
         _load_each(state.optimizers, ckpt["optimizers"], "optimizers", path)
@@ -536,7 +543,8 @@ def _extended(max_duration: Time, ts: Timestamp, duration: Union[str, Time]) -> 
 def _check_dataloader(dataloader: Any, name: str) -> None:
     if dataloader is None or not hasattr(dataloader, "__iter__"):
         raise TypeError(f"{name} must be an iterable of batches such as a torch DataLoader, got "
-                        f"{type(dataloader).__name__}")
+                        f"{type(dataloader).__name__} {dataloader!r}; wrap your dataset, e.g. "
+                        f"DataLoader(dataset, batch_size=64)")
     try:
         length = len(dataloader)
     except TypeError:
@@ -547,26 +555,51 @@ def _check_dataloader(dataloader: Any, name: str) -> None:
 
 
 def _check_items(items: Any, cls: type, name: str, expected: str) -> list:
+    """``items`` (one object or a sequence of them) as a list of ``cls`` instances."""
     if items is None:
         return []
-    if isinstance(items, cls):
+    if isinstance(items, (cls, str, type)):
         items = [items]
+    elif not isinstance(items, Iterable):
+        raise TypeError(f"{name} must be a list of objects, each {expected}; got {type(items).__name__} {items!r}")
     items = list(items)
     for i, item in enumerate(items):
         if isinstance(item, type) and issubclass(item, cls):
             raise TypeError(f"{name}[{i}] is the class {item.__name__}, not an instance; write {item.__name__}(...)")
         if not isinstance(item, cls):
-            raise TypeError(f"{name}[{i}] is {type(item).__name__} {item!r}; each entry must be {expected}")
+            raise TypeError(f"{name}[{i}] is {type(item).__name__} {item!r}; each entry must be {expected}"
+                            f"{_by_name_hint(item) if cls is Algorithm else ''}")
     return items
+
+
+def _by_name_hint(item: Any) -> str:
+    """For an algorithm given by its command-line name, how to make the instance."""
+    from composer_lab.algorithms import ALGORITHMS
+    if isinstance(item, str) and item in ALGORITHMS:
+        return (f" (for the name {item!r}: {ALGORITHMS[item].__name__}() from composer_lab.algorithms, or "
+                f"ALGORITHMS[{item!r}]())")
+    return ""
 
 
 def _check_microbatch_size(size: Any) -> Optional[int]:
     if size is None:
         return None
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+    if isinstance(size, bool) or not isinstance(size, int):
+        raise TypeError(f"device_train_microbatch_size must be a positive integer (examples per microbatch) "
+                        f"or None for whole batches, got {type(size).__name__} {size!r}; e.g. "
+                        f"device_train_microbatch_size=16")
+    if size < 1:
         raise ValueError(f"device_train_microbatch_size must be a positive integer (examples per microbatch) "
                          f"or None for whole batches, got {size!r}")
     return size
+
+
+def _state_dict_mismatch(err: RuntimeError) -> str:
+    """The first lines of ``load_state_dict``'s error that say what differs (missing or
+    unexpected keys, shape mismatches), without its header."""
+    lines = [line.strip().rstrip(".") for line in str(err).splitlines()[1:] if line.strip()]
+    summary = "; ".join(lines[:3]) + ("; ..." if len(lines) > 3 else "")
+    return summary if len(summary) < 600 else summary[:600] + " ..."
 
 
 def _load_each(objects: list, states: list, name: str, path: Any) -> None:

@@ -8,6 +8,7 @@ from torch import nn
 from torch.utils.data import DataLoader, IterableDataset
 
 from composer_lab import Event
+from composer_lab.trainer import CheckpointError
 
 from tests.trainer.helpers import OnEvent, make_trainer, tiny_data, tiny_model
 
@@ -93,10 +94,32 @@ def test_unknown_device_and_precision():
         make_trainer(precision="fp8")
 
 
-@pytest.mark.parametrize("size", [0, -2, 2.5, "4", True])
-def test_microbatch_size_not_a_positive_integer(size):
-    with pytest.raises(ValueError, match="device_train_microbatch_size must be a positive integer"):
+@pytest.mark.parametrize("size,error", [(0, ValueError), (-2, ValueError), (2.5, TypeError), ("4", TypeError),
+                                        (True, TypeError)])
+def test_microbatch_size_not_a_positive_integer(size, error):
+    with pytest.raises(error, match="device_train_microbatch_size must be a positive integer"):
         make_trainer(device_train_microbatch_size=size)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"algorithms": "mixup"}, r"algorithms\[0\] is str 'mixup'.*MixUp\(\) from composer_lab.algorithms"),
+    ({"algorithms": 5}, "algorithms must be a list of objects.*got int 5"),
+    ({"callbacks": 5}, "callbacks must be a list of objects.*subclass composer_lab.Callback"),
+    ({"optimizers": "sgd"}, r"optimizers\[0\] is str 'sgd'.*torch.optim.SGD\(model.parameters\(\), lr=0.1\)"),
+    ({"optimizers": torch.optim.SGD}, r"optimizers\[0\] is the class SGD, not an instance"),
+    ({"schedulers": [3]}, r"schedulers\[0\] is int 3.*torch.optim.lr_scheduler"),
+])
+def test_algorithms_callbacks_optimizers_schedulers_of_the_wrong_kind(kwargs, message):
+    with pytest.raises(TypeError, match=message):
+        make_trainer(**kwargs)
+
+
+def test_checkpoint_of_another_model_names_what_differs(tmp_path):
+    trainer = make_trainer(max_duration="1ba", save_folder=tmp_path, save_interval="1ba")
+    trainer.fit()
+    with pytest.raises(CheckpointError, match=r"does not fit this model \(size mismatch for 0.weight.*\); build "):
+        make_trainer(model=nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Dropout(0.0), nn.Linear(8, 3)),
+                     load_path=trainer.checkpoints[0])
 
 
 @pytest.mark.parametrize("name", ["eval_interval", "save_interval"])
