@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import pickle
 import zipfile
@@ -21,6 +22,8 @@ __all__ = ["CHECKPOINT_FORMAT", "CheckpointError", "CheckpointNotFoundError", "C
            "save_checkpoint", "load_checkpoint", "frame_to_bytes", "frame_from_bytes"]
 
 CHECKPOINT_FORMAT = "composer_lab.checkpoint/1"
+OWNER_FILE = "run.json"
+"""In a save_folder: which run its checkpoints belong to."""
 _REQUIRED = ("format", "model", "optimizers", "schedulers", "timestamp", "rng", "algorithms",
              "metrics", "trace")
 
@@ -98,7 +101,11 @@ class CheckpointSaver(Callback):
     """Writes ``folder/ep{E}-ba{B}.pt`` at BATCH_CHECKPOINT / EPOCH_CHECKPOINT when
     ``interval`` is due; ``payload()`` gives what to write, or None where this process does not
     write: under torchrun rank 0 writes, and every rank waits at a barrier until the file is
-    there. ``saved`` lists the paths this process wrote."""
+    there. ``saved`` lists the paths this process wrote.
+
+    A folder belongs to one run: the first checkpoint writes ``run.json`` (the run's id and
+    name), and :meth:`claim` refuses a folder that holds another run's checkpoints, so a new
+    run never overwrites them (a resumed run keeps its id and may go on writing there)."""
 
     def __init__(self, folder: Union[str, os.PathLike], interval: Interval,
                  payload: Callable[[], Optional[dict[str, Any]]]) -> None:
@@ -106,6 +113,19 @@ class CheckpointSaver(Callback):
         self.interval = interval
         self.payload = payload
         self.saved: list[Path] = []
+        self.owner: Optional[dict[str, str]] = None
+
+    def claim(self, run_id: str, run_name: str) -> None:
+        """Take the folder for the run ``run_id``; raise if it holds another run's checkpoints."""
+        marker = self.folder / OWNER_FILE
+        owner = json.loads(marker.read_text()) if marker.is_file() else None
+        if owner is None and any(self.folder.glob("ep*-ba*.pt")):
+            owner = {"run_id": None, "run_name": "of unknown origin"}
+        if owner is not None and owner.get("run_id") != run_id:
+            raise ValueError(f"save_folder {str(self.folder)!r} holds the checkpoints of another run "
+                             f"({owner.get('run_name')!r}); a new run would overwrite them. Choose another "
+                             f"save_folder, or continue that run with load_path= one of its checkpoints")
+        self.owner = {"run_id": run_id, "run_name": run_name}
 
     def batch_checkpoint(self, state: Any, logger: Any) -> None:
         if self.interval.due_after_batch(state.timestamp):
@@ -119,5 +139,8 @@ class CheckpointSaver(Callback):
         ts = state.timestamp
         payload = self.payload()
         if payload is not None:
+            if self.owner is not None and not self.saved:
+                self.folder.mkdir(parents=True, exist_ok=True)
+                (self.folder / OWNER_FILE).write_text(json.dumps(self.owner))
             self.saved.append(save_checkpoint(payload, self.folder / f"ep{ts.epoch}-ba{ts.batch}.pt"))
         barrier()

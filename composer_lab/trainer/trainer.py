@@ -143,6 +143,8 @@ class Trainer:
         if load_path is not None:
             self._load(load_path)
         self.engine.run_event(Event.AFTER_LOAD)
+        if self.checkpoint_saver is not None:
+            self.checkpoint_saver.claim(self.run_id, run_name)
 
     # -- views --------------------------------------------------------------------------------
     @property

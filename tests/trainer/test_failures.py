@@ -189,10 +189,28 @@ def test_a_save_that_fails_midway_leaves_the_last_good_checkpoint(tmp_path, monk
         checkpoint_module.save_checkpoint(trainer.checkpoint_payload(), good)
     assert good.read_bytes() == before
     assert load_checkpoint(good)["timestamp"]["batch"] == 2
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ep0-ba1.pt", "ep0-ba2.pt"], "no temporary file is left"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ep0-ba1.pt", "ep0-ba2.pt", "run.json"], "no temporary file"
 
     with pytest.raises(OSError, match="No space left"):
         trainer.fit("1ba")  # the trainer's own save of the next checkpoint fails the same way
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ep0-ba1.pt", "ep0-ba2.pt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ep0-ba1.pt", "ep0-ba2.pt", "run.json"]
     failed = trainer.trace.invocations.query("error.notna()")
     assert list(failed["name"]) == ["CheckpointSaver"] and "No space left" in failed["error"].iloc[0]
+
+
+def test_a_new_run_never_overwrites_another_run_checkpoints(tmp_path):
+    first = make_trainer(save_folder=tmp_path, save_interval="1ba")
+    first.fit("2ba")
+    make_trainer(save_folder=tmp_path / "other")  # constructing a trainer claims nothing yet
+    with pytest.raises(ValueError, match="holds the checkpoints of another run.*Choose another save_folder"):
+        make_trainer(save_folder=tmp_path, save_interval="1ba")
+
+    resumed = make_trainer(save_folder=tmp_path, save_interval="1ba", load_path=tmp_path / "ep0-ba2.pt")
+    resumed.fit()  # the same run, continued: it may write on
+    assert resumed.run_id == first.run_id and len(resumed.checkpoints) == TOTAL - 2
+
+
+def test_checkpoints_of_unknown_origin_are_not_overwritten(tmp_path):
+    (tmp_path / "ep0-ba1.pt").write_bytes(b"someone else's")
+    with pytest.raises(ValueError, match="another run \\('of unknown origin'\\)"):
+        make_trainer(save_folder=tmp_path)
