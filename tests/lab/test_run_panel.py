@@ -55,6 +55,9 @@ def test_pause_button_pauses_and_continues_and_stop_ends_the_run():
     assert handle.stopped and handle.error is None
     assert trainer.state.timestamp.batch < 40
     assert trainer.trace.notes["kind"].tolist()[:2] == ["run", "pass"]
+    stopped = trainer.trace.notes.iloc[-1]  # the trainer records the stop as an interrupt at a step boundary
+    assert stopped["kind"] == "interrupt" and "batch_end" in stopped["text"]
+    assert f"batch {trainer.state.timestamp.batch - 1} was the last one applied" in stopped["text"]
 
 
 def test_the_handle_is_awaitable_and_continues_for_a_given_duration():
