@@ -5,13 +5,15 @@ tensor version counters (PyTorch bumps ``tensor._version`` on every in-place op)
 model, the signature is its module and parameter ids (surgery), the parameters' versions
 (weight writes) and ``requires_grad`` flags (freezing); the module walk is cached per model
 until a module or parameter is registered anywhere (PyTorch's global registration hooks).
-This runs around every algorithm and callback call, so it is written for speed.
+This runs around every algorithm and callback call, so it is written for speed: after a call,
+the usual answer (nothing changed) is checked first, with one pass over the versions of the
+batch, outputs, loss and parameters and no snapshot built.
 """
 
 from __future__ import annotations
 
 from operator import attrgetter
-from typing import Any
+from typing import Any, Optional
 
 import torch
 from torch.optim import optimizer as _optimizer_hooks
@@ -80,6 +82,85 @@ def _held(value: Any) -> Any:
     return None
 
 
+def _plain_tensors(batch: Any, outputs: Any, loss: Any) -> Optional[list]:
+    """The tensors of ``batch``, ``outputs`` and ``loss`` in that order, when each is None, a
+    tensor or a tuple of tensors (the usual case): their versions then tell every in-place
+    write. None when one of them holds anything else."""
+    tensors = []
+    for value in (batch, outputs, loss):
+        if isinstance(value, _Tensor):
+            tensors.append(value)
+        elif type(value) is tuple:
+            for item in value:
+                if not isinstance(item, _Tensor):
+                    return None
+            tensors.extend(value)
+        elif value is not None:
+            return None
+    return tensors
+
+
+def _learning_rates(optimizers: Any) -> list:
+    """The learning rate of every parameter group of ``optimizers``, in order."""
+    lrs = []
+    for optimizer in optimizers:  # loops, not a comprehension: one Python call less (Python 3.11)
+        for group in optimizer.param_groups:
+            lrs.append(group.get("lr"))
+    return lrs
+
+
+class _Snapshot:
+    """What :meth:`FieldWatcher.snapshot` saw of a State, without copies of any data.
+
+    ``fields``: the objects in batch, outputs, loss, model and optimizers. When batch, outputs
+    and loss are plain (see :func:`_plain_tensors`), ``tensors`` lists their tensors and then
+    the model's parameters, and ``versions`` their versions: one pass over them tells any
+    in-place write. Otherwise ``tensors`` is None and ``data`` holds the three fields'
+    :func:`_data_signature` (``held``: what keeps the ids in them from being reused).
+    ``walk``: the model walk it was taken under (structure version, ids, parameters, modules);
+    ``param_versions``, ``trainable`` (the count of parameters that require grad),
+    ``lrs``; ``structure`` and ``steps``: the hook counters it was taken under.
+    """
+
+    __slots__ = ("fields", "tensors", "versions", "data", "held", "walk", "param_versions", "trainable", "lrs",
+                 "structure", "steps")
+
+    def __init__(self, fields: tuple, walk: tuple, param_versions: tuple, trainable: int, lrs: list,
+                 structure: int, steps: int) -> None:
+        self.fields = fields
+        batch, outputs, loss = fields[0], fields[1], fields[2]
+        data = _plain_tensors(batch, outputs, loss)
+        if data is not None:
+            self.tensors, self.versions = data + walk[2], tuple(map(_version, data)) + param_versions
+            self.data = self.held = None
+        else:
+            self.tensors, self.versions = None, ()
+            self.data = (_data_signature(batch), _data_signature(outputs), _data_signature(loss))
+            self.held = (_held(batch), _held(outputs), _held(loss))
+        self.walk, self.param_versions, self.trainable, self.lrs = walk, param_versions, trainable, lrs
+        self.structure, self.steps = structure, steps
+
+    def data_signatures(self) -> tuple:
+        """The signatures of batch, outputs and loss, each as :func:`_data_signature` gives it."""
+        if self.tensors is None:
+            return self.data
+        versions, signatures, start = self.versions, [], 0
+        for value in self.fields[:3]:
+            if value is None:
+                signatures.append(None)
+            elif type(value) is tuple:
+                signatures.append(versions[start:start + len(value)])
+                start += len(value)
+            else:
+                signatures.append(versions[start])
+                start += 1
+        return tuple(signatures)
+
+    def model_signature(self) -> tuple:
+        """The model's module and parameter ids, its parameters' versions and trainable count."""
+        return self.walk[1], self.param_versions, self.trainable
+
+
 class FieldWatcher:
     """Takes a :meth:`snapshot` of a State before a call and names the fields that
     :meth:`changed` after it."""
@@ -87,8 +168,8 @@ class FieldWatcher:
     def __init__(self, state: Any) -> None:
         self.state = state
         self._model: Any = None
-        self._walk: tuple = (-1, None, [])
-        self._last: Any = None
+        self._walk: tuple = (-1, None, [], [])
+        self._last: Optional[_Snapshot] = None
 
     def _walk_model(self, model: Any) -> tuple:
         """The model's module and parameter ids, and its parameters (kept referenced)."""
@@ -100,67 +181,62 @@ class FieldWatcher:
         self._model, self._walk = model, walk
         return walk
 
-    def snapshot(self) -> tuple:
-        """``(fields, signatures, held, counters)``: the tracked fields' objects, their
-        signatures (ints, floats and tuples of them), what must stay referenced for the
-        signatures' ids, and the hook counters it was taken under. Written out for speed."""
+    def snapshot(self) -> _Snapshot:
+        """The tracked fields now, without copying data; it becomes the last snapshot."""
         s = self.state
-        batch, outputs, loss, model, optimizers = s.batch, s.outputs, s.loss, s.model, s.optimizers
+        model, optimizers = s.model, s.optimizers
         walk = self._walk
         if model is not self._model or walk[0] != _structure_version:
             walk = self._walk_model(model)
         params = walk[2]
-        snap = self._last = (
-            (batch, outputs, loss, model, optimizers),
-            (_data_signature(batch),
-             outputs._version if type(outputs) is _Tensor else _data_signature(outputs),
-             loss._version if type(loss) is _Tensor else _data_signature(loss),
-             # Versions only grow, so their sum moves on any in-place write; the count of
-             # trainable parameters moves when one is frozen or unfrozen.
-             (walk[1], sum(map(_version, params)), sum(map(_requires_grad, params))),
-             tuple([g.get("lr") for o in optimizers for g in o.param_groups])),
-            None if type(batch) is tuple and type(outputs) is not list and type(outputs) is not dict
-            else (_held(batch), _held(outputs)),
-            (_structure_version, _optimizer_steps))
+        snap = self._last = _Snapshot((s.batch, s.outputs, s.loss, model, optimizers), walk,
+                                      tuple(map(_version, params)), sum(map(_requires_grad, params)),
+                                      _learning_rates(optimizers), _structure_version, _optimizer_steps)
         return snap
 
-    def snapshot_before(self, event: Any) -> tuple:
+    def snapshot_before(self, event: Any) -> _Snapshot:
         """The snapshot before the first call of ``event``, reusing the last one where that is
         sound: between two events only the trainer's own code runs, which replaces batch,
         outputs and loss (seen by identity) and changes parameters and learning rates only
         through ``optimizer.step()`` (seen by PyTorch's optimizer-step hook). Elsewhere (after
         a boundary event, or after any hook fired) a full snapshot is taken."""
         last = self._last
-        if (last is None or last[3] != (_structure_version, _optimizer_steps)
+        if (last is None or last.steps != _optimizer_steps or last.structure != _structure_version
                 or event._value_ in _BOUNDARY_EVENTS):
             return self.snapshot()
         s = self.state
-        batch, outputs, loss, model, optimizers = s.batch, s.outputs, s.loss, s.model, s.optimizers
-        fields, sigs = last[0], last[1]
-        if model is not fields[3] or optimizers is not fields[4]:
+        batch, outputs, loss = s.batch, s.outputs, s.loss
+        fields = last.fields
+        if s.model is not fields[3] or s.optimizers is not fields[4]:
             return self.snapshot()
-        snap = self._last = (
-            (batch, outputs, loss, model, optimizers),
-            (sigs[0] if batch is fields[0] else _data_signature(batch),
-             sigs[1] if outputs is fields[1] else _data_signature(outputs),
-             sigs[2] if loss is fields[2] else _data_signature(loss),
-             sigs[3], sigs[4]),
-            None if type(batch) is tuple and type(outputs) is not list and type(outputs) is not dict
-            else (_held(batch), _held(outputs)),
-            last[3])
+        if batch is fields[0] and outputs is fields[1] and loss is fields[2]:
+            return last
+        snap = self._last = _Snapshot((batch, outputs, loss, fields[3], fields[4]), last.walk, last.param_versions,
+                                      last.trainable, last.lrs, last.structure, last.steps)
         return snap
 
     def forget(self) -> None:
         """Take the next snapshot in full (after a call raised, say)."""
         self._last = None
 
-    def changed(self, before: tuple) -> tuple[str, tuple]:
+    def changed(self, before: _Snapshot) -> tuple[str, _Snapshot]:
         """The tracked fields replaced or mutated since ``before``, comma-separated ('' if none),
-        and the new snapshot (the next call's ``before``)."""
+        and the snapshot to compare the next call with: ``before`` itself when nothing changed
+        (the usual case, checked first and without building a snapshot), else a new one."""
+        s = self.state
+        fields = before.fields
+        if (s.batch is fields[0] and s.outputs is fields[1] and s.loss is fields[2] and s.model is fields[3]
+                and s.optimizers is fields[4] and before.tensors is not None and before.walk[0] == _structure_version
+                and tuple(map(_version, before.tensors)) == before.versions
+                and sum(map(_requires_grad, before.walk[2])) == before.trainable
+                and _learning_rates(s.optimizers) == before.lrs):
+            return "", before
         after = self.snapshot()
-        old, new = before[0], after[0]
-        if (old[0] is new[0] and old[1] is new[1] and old[2] is new[2] and old[3] is new[3]
-                and old[4] is new[4] and before[1] == after[1]):
-            return "", after
-        return ",".join([name for name, b, a, sb, sa in zip(TRACKED_FIELDS, old, new, before[1], after[1])
-                         if b is not a or sb != sa]), after
+        old, new = before.fields, after.fields
+        names = [name for name, b, a, sb, sa in zip(TRACKED_FIELDS, old, new, before.data_signatures(),
+                                                     after.data_signatures()) if b is not a or sb != sa]
+        if old[3] is not new[3] or before.model_signature() != after.model_signature():
+            names.append("model")
+        if old[4] is not new[4] or before.lrs != after.lrs:
+            names.append("optimizers")
+        return ",".join(names), after

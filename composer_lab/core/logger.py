@@ -37,7 +37,8 @@ class Logger:
         phase = phase or self.phase
         for name, value in metrics.items():
             if isinstance(value, torch.Tensor):
-                value = value.detach()
+                if value.requires_grad:  # (without grad there is no graph to drop: detach would only add an object)
+                    value = value.detach()
                 if value.numel() != 1:
                     raise ValueError(f"metric {name!r} has {value.numel()} values; log one scalar per name "
                                      f"(e.g. value.mean())")

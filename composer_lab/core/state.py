@@ -16,6 +16,10 @@ __all__ = ["State"]
 _DICT_KEYS = {0: "input", 1: "target"}
 
 
+_AUTOCAST_DTYPES = {"amp_bf16": torch.bfloat16, "amp_fp16": torch.float16}
+_NO_AUTOCAST = contextlib.nullcontext()  # reusable: entered twice a step in fp32
+
+
 def _as_list(value: Any) -> list:
     if value is None:
         return []
@@ -41,6 +45,10 @@ class State:
 
     ``batch``, ``outputs`` and ``loss`` hold the current step's values; ``microbatch`` is the
     index of the microbatch being processed (None outside the microbatch loop).
+
+    To change the algorithms during a run, assign a new list (``state.algorithms = [...]``, as
+    the lab's panels do): the engine notices a new list, or one of another length, at the next
+    event, but not an in-place reorder or swap of the same list.
     """
 
     def __init__(self, model: torch.nn.Module, max_duration: Union[str, Time] = "1ep", *,
@@ -137,10 +145,10 @@ class State:
     def precision_context(self) -> contextlib.AbstractContextManager:
         """Autocast for ``precision`` on ``device`` ('amp_bf16', 'amp_fp16'); nothing for 'fp32'.
         Algorithms that run extra forward passes (Selective Backprop) enter it too."""
-        dtypes = {"amp_bf16": torch.bfloat16, "amp_fp16": torch.float16}
-        if self.precision in dtypes:
-            return torch.autocast(self.device.type, dtype=dtypes[self.precision])
-        return contextlib.nullcontext()
+        dtype = _AUTOCAST_DTYPES.get(self.precision)
+        if dtype is not None:
+            return torch.autocast(self.device.type, dtype=dtype)
+        return _NO_AUTOCAST
 
     # -- randomness -----------------------------------------------------------------------
     def generator(self, device: Union[str, torch.device, None] = None) -> torch.Generator:

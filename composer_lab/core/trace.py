@@ -44,6 +44,11 @@ _DTYPES = {
 }
 
 
+def _asked(event_row: tuple) -> bool:
+    """Whether an event row holds the algorithms asked there (level 'all')."""
+    return event_row[-1] is not None
+
+
 class Trace:
     """What happened in a run, in order. ``level`` is one of :data:`TRACE_LEVELS`."""
 
@@ -53,7 +58,6 @@ class Trace:
         self._t0 = time.perf_counter()
         self._events: list[tuple] = []
         self._invocations: list[tuple] = []
-        self._unmatched: list[tuple] = []
         self._notes: list[tuple] = []
         self._labels: dict[int, tuple[Any, str]] = {}
         self._label_counts: dict[str, int] = {}
@@ -90,22 +94,20 @@ class Trace:
 
     # Rows hold only strings and numbers: the garbage collector stops tracking such tuples, so
     # a long trace costs the collector nothing (rows holding objects would be rescanned).
-    def record_event(self, seq: int, event: Event, ts: Any, microbatch: Optional[int],
-                     t_start: float, t_end: float) -> None:
+    def record_event(self, seq: int, event: Event, ts: Any, microbatch: Optional[int], t_start: float,
+                     t_end: float, asked: Optional[tuple[str, ...]] = None, asked_batch: int = 0) -> None:
+        """``asked``: at level 'all', the names (by :meth:`label`) of the algorithms at this event,
+        asked at batch ``asked_batch``; those without an invocation row at ``seq`` did not match
+        (worked out when the trace is read, so the run pays nothing more per event)."""
         self._events.append((seq, event._value_, ts.epoch, ts.batch, ts.batch_in_epoch, microbatch,
-                             t_start - self._t0, t_end - t_start))
+                             t_start - self._t0, t_end - t_start, asked_batch, asked))
 
     def record_invocation(self, seq: int, event: Event, batch: int, obj: Any, kind: str, order: int,
                           exit_code: Optional[int], duration: float, changed: str,
                           error: Optional[str]) -> None:
-        self._invocations.append((seq, event._value_, batch, self.label(obj), kind, order, exit_code, duration,
-                                  changed, error))
-
-    def record_unmatched(self, seq: int, event: Event, batch: int, names: tuple[str, ...]) -> None:
-        """``names`` (by :meth:`label`) were the algorithms at this event; those among them
-        without an invocation row at ``seq`` did not match (worked out when the trace is read,
-        so the run pays one append per event)."""
-        self._unmatched.append((seq, event._value_, batch, names))
+        entry = self._labels.get(id(obj))  # (label(obj), without its call when obj has one already)
+        self._invocations.append((seq, event._value_, batch, entry[1] if entry is not None else self.label(obj),
+                                  kind, order, exit_code, duration, changed, error))
 
     def note(self, kind: str, text: str, timestamp: Any = None) -> None:
         """Record something that is not an event: a setting changed from a widget, an
@@ -129,7 +131,7 @@ class Trace:
         said no appear with ``matched=False``."""
         if self._loaded is not None:
             return self._loaded["invocations"]
-        key_rows = (len(self._invocations), len(self._unmatched))
+        key_rows = (len(self._invocations), len(self._events))
         cached = self._cache.get("invocations")
         if cached is None or cached[0] != key_rows:
             cached = self._cache["invocations"] = (key_rows, self._build_invocations())
@@ -150,7 +152,8 @@ class Trace:
 
     @staticmethod
     def _build_events(rows: list) -> pd.DataFrame:
-        rows = [(seq, _PHASE_OF[ev], ev, *rest) for seq, ev, *rest in rows]
+        rows = [(seq, _PHASE_OF[ev], ev, epoch, batch, in_epoch, microbatch, t_start, duration)
+                for seq, ev, epoch, batch, in_epoch, microbatch, t_start, duration, _, _ in rows]
         df = pd.DataFrame.from_records(rows, columns=list(EVENT_COLUMNS))
         df = df.sort_values("seq", kind="stable", ignore_index=True)
         return df.astype(_DTYPES["events"])
@@ -162,7 +165,7 @@ class Trace:
                 for seq, ev, b, name, kind, order, code, dur, ch, err in self._invocations]
         ran = {(r[0], r[3]) for r in self._invocations if r[4] == "algorithm"}
         rows += [((seq, 1, pos), seq, ev, b, name, cls[name], "algorithm", False, None, None, None, "", None)
-                 for seq, ev, b, names in self._unmatched for pos, name in enumerate(names)
+                 for seq, ev, *_, b, names in filter(_asked, self._events) for pos, name in enumerate(names)
                  if (seq, name) not in ran]
         rows.sort(key=lambda r: r[0])
         df = pd.DataFrame.from_records([r[1:] for r in rows], columns=list(INVOCATION_COLUMNS))
@@ -207,5 +210,5 @@ class Trace:
     def __repr__(self) -> str:
         return (f"Trace(level={self.level!r}, events={len(self._events)}, "
                 f"invocations={len(self._invocations)}, unmatched_calls="
-                f"{sum(len(r[3]) for r in self._unmatched)}, notes={len(self._notes)})")
+                f"{sum(len(row[-1]) for row in filter(_asked, self._events))}, notes={len(self._notes)})")
 

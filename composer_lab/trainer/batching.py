@@ -35,11 +35,15 @@ def _first_tensor(batch: Any) -> torch.Tensor:
 
 def batch_size(batch: Any) -> int:
     """The number of examples in ``batch``: the first dimension of its input tensor."""
+    if type(batch) is tuple and batch and isinstance(batch[0], torch.Tensor):
+        return batch[0].shape[0]  # the usual (input, target) batch, answered first: this runs every step
     return _first_tensor(batch).shape[0]
 
 
 def batch_inputs(batch: Any) -> Any:
     """What the model's forward takes: ``batch[0]``, ``batch['input']`` or the batch itself."""
+    if type(batch) is tuple:  # the usual batch, before the slower Mapping check
+        return batch[0]
     if isinstance(batch, torch.Tensor):
         return batch
     if isinstance(batch, Mapping):
@@ -49,6 +53,8 @@ def batch_inputs(batch: Any) -> Any:
 
 def batch_targets(batch: Any) -> Any:
     """What the loss compares with: ``batch[1]`` or ``batch['target']``."""
+    if type(batch) is tuple and len(batch) > 1:  # the usual batch, before the slower Mapping check
+        return batch[1]
     if isinstance(batch, Mapping):
         return _dict_item(batch, "target")
     if isinstance(batch, (tuple, list)) and len(batch) > 1:

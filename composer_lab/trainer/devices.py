@@ -53,6 +53,11 @@ def move_to_device(batch: Any, device: torch.device) -> Any:
     if isinstance(batch, torch.Tensor):
         return batch if batch.device == device else batch.to(device, non_blocking=True)
     if isinstance(batch, (tuple, list)):
+        for value in batch:  # the usual case first, every step: tensors already there, nothing to rebuild
+            if not (isinstance(value, torch.Tensor) and value.device == device):
+                break
+        else:
+            return batch
         moved = [move_to_device(v, device) for v in batch]
         if all(m is v for m, v in zip(moved, batch)):
             return batch

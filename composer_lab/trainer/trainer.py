@@ -296,14 +296,16 @@ class Trainer:
         state.microbatch = None
         if len(microbatches) > 1:
             state.batch = full_batch
-        total_loss = distributed.mean_over_ranks(total_loss, samples)  # the global batch's: every rank agrees
+        distributed_run = self.ddp.enabled  # (one process: no collectives, nor asking torch.distributed for them)
+        if distributed_run:
+            total_loss = distributed.mean_over_ranks(total_loss, samples)  # the global batch's: every rank agrees
         if self.stop_on_nonfinite_loss:
             self._check_finite(total_loss)
         if scaler is not None:
             for optimizer in state.optimizers:
                 scaler.unscale_(optimizer)
         run(Event.AFTER_TRAIN_BATCH)
-        self._apply_step(distributed.sum_over_ranks(samples), total_loss)
+        self._apply_step(distributed.sum_over_ranks(samples) if distributed_run else samples, total_loss)
 
     def _apply_step(self, samples: int, loss: torch.Tensor) -> None:
         """Optimizer and scheduler steps, the step's metrics and the timestamp advance: the
