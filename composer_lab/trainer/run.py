@@ -46,7 +46,8 @@ class Run:
             {"format": RUN_FORMAT, "name": self.name, "config": self.config}, indent=2, default=str))
         self.metrics.to_parquet(folder / "metrics.parquet", index=False)
         self.trace.save(folder / "trace")
-        shutil.rmtree(folder / "ranks", ignore_errors=True)  # an overwritten run's
+        # Ranks left by a distributed run saved here before must not pass for this run's.
+        shutil.rmtree(folder / "ranks", ignore_errors=True)
         if self.rank_traces is not None:
             (folder / "ranks").mkdir()
             for name, frame in self.rank_traces.items():
