@@ -1,7 +1,8 @@
 """Which State fields a call replaced or mutated in place, detected without copying data.
 
 Replacement shows as a new object in the field (``is`` comparison). In-place writes show in
-tensor version counters (PyTorch bumps ``tensor._version`` on every in-place op). For the
+tensor version counters (PyTorch bumps ``tensor._version`` on every in-place op; a write
+through ``tensor.data`` goes to a detached alias with its own counter and is not seen). For the
 model, the signature is its module and parameter ids (surgery), the parameters' versions
 (weight writes) and ``requires_grad`` flags (freezing); the module walk is cached per model
 until a module or parameter is registered anywhere (PyTorch's global registration hooks).
@@ -12,12 +13,14 @@ batch, outputs, loss and parameters and no snapshot built.
 
 from __future__ import annotations
 
-from operator import attrgetter
+from operator import attrgetter, methodcaller
 from typing import Any, Optional
 
 import torch
 from torch.optim import optimizer as _optimizer_hooks
 from torch.nn.modules import module as _module_hooks
+
+from composer_lab.core.event import Event
 
 __all__ = ["TRACKED_FIELDS", "FieldWatcher"]
 
@@ -25,31 +28,30 @@ TRACKED_FIELDS = ("batch", "outputs", "loss", "model", "optimizers")
 
 _Tensor = torch.Tensor
 _version, _requires_grad = attrgetter("_version"), attrgetter("requires_grad")
-_structure_version = 0
+_lr = methodcaller("get", "lr")
+_structure_version = 0  # bumped when a module or parameter is registered anywhere
+_hooks = 0  # bumped by that and by every optimizer step: what a snapshot cannot see by identity
 
 
 def _on_registration(*args: Any) -> None:
-    global _structure_version
+    global _structure_version, _hooks
     _structure_version += 1
+    _hooks += 1
+
+
+def _on_optimizer_step(*args: Any) -> None:
+    global _hooks
+    _hooks += 1
 
 
 _module_hooks.register_module_module_registration_hook(_on_registration)
 _module_hooks.register_module_parameter_registration_hook(_on_registration)
-
-_optimizer_steps = 0
-
-
-def _on_optimizer_step(*args: Any) -> None:
-    global _optimizer_steps
-    _optimizer_steps += 1
-
-
 _optimizer_hooks.register_optimizer_step_post_hook(_on_optimizer_step)
 
 # Events after which code outside the engine may have changed the model or optimizers in
 # place (a loaded checkpoint, a user's cell between two fits): never reuse a snapshot there.
-_BOUNDARY_EVENTS = frozenset({"init", "before_load", "after_load", "fit_start", "eval_standalone_start",
-                              "predict_start", "eval_before_all"})
+_BOUNDARY_EVENTS = frozenset({Event.INIT, Event.BEFORE_LOAD, Event.AFTER_LOAD, Event.FIT_START,
+                              Event.EVAL_STANDALONE_START, Event.PREDICT_START, Event.EVAL_BEFORE_ALL})
 
 
 def _data_signature(value: Any) -> Any:
@@ -86,6 +88,10 @@ def _plain_tensors(batch: Any, outputs: Any, loss: Any) -> Optional[list]:
     """The tensors of ``batch``, ``outputs`` and ``loss`` in that order, when each is None, a
     tensor or a tuple of tensors (the usual case): their versions then tell every in-place
     write. None when one of them holds anything else."""
+    if type(batch) is tuple and len(batch) == 2 and type(outputs) is _Tensor and type(loss) is _Tensor:
+        inputs, targets = batch  # the usual step, answered without the loop below
+        if type(inputs) is _Tensor and type(targets) is _Tensor:
+            return [inputs, targets, outputs, loss]
     tensors = []
     for value in (batch, outputs, loss):
         if isinstance(value, _Tensor):
@@ -103,9 +109,8 @@ def _plain_tensors(batch: Any, outputs: Any, loss: Any) -> Optional[list]:
 def _learning_rates(optimizers: Any) -> list:
     """The learning rate of every parameter group of ``optimizers``, in order."""
     lrs = []
-    for optimizer in optimizers:  # loops, not a comprehension: one Python call less (Python 3.11)
-        for group in optimizer.param_groups:
-            lrs.append(group.get("lr"))
+    for optimizer in optimizers:
+        lrs += map(_lr, optimizer.param_groups)  # (a C-level map: no Python frame per group)
     return lrs
 
 
@@ -119,14 +124,14 @@ class _Snapshot:
     :func:`_data_signature` (``held``: what keeps the ids in them from being reused).
     ``walk``: the model walk it was taken under (structure version, ids, parameters, modules);
     ``param_versions``, ``trainable`` (the count of parameters that require grad),
-    ``lrs``; ``structure`` and ``steps``: the hook counters it was taken under.
+    ``lrs``; ``hooks``: the hook counter it was taken under.
     """
 
     __slots__ = ("fields", "tensors", "versions", "data", "held", "walk", "param_versions", "trainable", "lrs",
-                 "structure", "steps")
+                 "hooks")
 
     def __init__(self, fields: tuple, walk: tuple, param_versions: tuple, trainable: int, lrs: list,
-                 structure: int, steps: int) -> None:
+                 hooks: int) -> None:
         self.fields = fields
         batch, outputs, loss = fields[0], fields[1], fields[2]
         data = _plain_tensors(batch, outputs, loss)
@@ -138,7 +143,7 @@ class _Snapshot:
             self.data = (_data_signature(batch), _data_signature(outputs), _data_signature(loss))
             self.held = (_held(batch), _held(outputs), _held(loss))
         self.walk, self.param_versions, self.trainable, self.lrs = walk, param_versions, trainable, lrs
-        self.structure, self.steps = structure, steps
+        self.hooks = hooks
 
     def data_signatures(self) -> tuple:
         """The signatures of batch, outputs and loss, each as :func:`_data_signature` gives it."""
@@ -162,8 +167,8 @@ class _Snapshot:
 
 
 class FieldWatcher:
-    """Takes a :meth:`snapshot` of a State before a call and names the fields that
-    :meth:`changed` after it."""
+    """Keeps a snapshot of a State (:meth:`watch` before the first call of an event) and names
+    the fields that each call :meth:`changed`."""
 
     def __init__(self, state: Any) -> None:
         self.state = state
@@ -191,46 +196,43 @@ class FieldWatcher:
         params = walk[2]
         snap = self._last = _Snapshot((s.batch, s.outputs, s.loss, model, optimizers), walk,
                                       tuple(map(_version, params)), sum(map(_requires_grad, params)),
-                                      _learning_rates(optimizers), _structure_version, _optimizer_steps)
+                                      _learning_rates(optimizers), _hooks)
         return snap
 
-    def snapshot_before(self, event: Any) -> _Snapshot:
-        """The snapshot before the first call of ``event``, reusing the last one where that is
-        sound: between two events only the trainer's own code runs, which replaces batch,
-        outputs and loss (seen by identity) and changes parameters and learning rates only
-        through ``optimizer.step()`` (seen by PyTorch's optimizer-step hook). Elsewhere (after
-        a boundary event, or after any hook fired) a full snapshot is taken."""
-        last = self._last
-        if (last is None or last.steps != _optimizer_steps or last.structure != _structure_version
-                or event._value_ in _BOUNDARY_EVENTS):
-            return self.snapshot()
-        s = self.state
-        batch, outputs, loss = s.batch, s.outputs, s.loss
+    def watch(self, event: Any) -> None:
+        """Make the last snapshot the state before the first call of ``event``, reusing it where
+        that is sound: between two events only the trainer's own code runs, which replaces
+        batch, outputs and loss (seen by identity) and changes parameters and learning rates
+        only through ``optimizer.step()`` (seen by PyTorch's optimizer-step hook). Elsewhere
+        (after a boundary event, or after any hook fired) a full snapshot is taken."""
+        last, s = self._last, self.state
+        if last is None or last.hooks != _hooks or event in _BOUNDARY_EVENTS:
+            self.snapshot()
+            return
         fields = last.fields
+        batch, outputs, loss = s.batch, s.outputs, s.loss
         if s.model is not fields[3] or s.optimizers is not fields[4]:
-            return self.snapshot()
-        if batch is fields[0] and outputs is fields[1] and loss is fields[2]:
-            return last
-        snap = self._last = _Snapshot((batch, outputs, loss, fields[3], fields[4]), last.walk, last.param_versions,
-                                      last.trainable, last.lrs, last.structure, last.steps)
-        return snap
+            self.snapshot()
+        elif batch is not fields[0] or outputs is not fields[1] or loss is not fields[2]:
+            self._last = _Snapshot((batch, outputs, loss, fields[3], fields[4]), last.walk, last.param_versions,
+                                   last.trainable, last.lrs, _hooks)
 
     def forget(self) -> None:
         """Take the next snapshot in full (after a call raised, say)."""
         self._last = None
 
-    def changed(self, before: _Snapshot) -> tuple[str, _Snapshot]:
-        """The tracked fields replaced or mutated since ``before``, comma-separated ('' if none),
-        and the snapshot to compare the next call with: ``before`` itself when nothing changed
-        (the usual case, checked first and without building a snapshot), else a new one."""
-        s = self.state
+    def changed(self) -> str:
+        """The tracked fields replaced or mutated since the last snapshot, comma-separated ('' if
+        none); the state now becomes the last snapshot, to compare the next call with. The usual
+        answer (nothing changed) is checked first, without building a snapshot."""
+        s, before = self.state, self._last
         fields = before.fields
         if (s.batch is fields[0] and s.outputs is fields[1] and s.loss is fields[2] and s.model is fields[3]
-                and s.optimizers is fields[4] and before.tensors is not None and before.walk[0] == _structure_version
+                and s.optimizers is fields[4] and before.tensors is not None and before.hooks == _hooks
                 and tuple(map(_version, before.tensors)) == before.versions
                 and sum(map(_requires_grad, before.walk[2])) == before.trainable
                 and _learning_rates(s.optimizers) == before.lrs):
-            return "", before
+            return ""
         after = self.snapshot()
         old, new = before.fields, after.fields
         names = [name for name, b, a, sb, sa in zip(TRACKED_FIELDS, old, new, before.data_signatures(),
@@ -239,4 +241,4 @@ class FieldWatcher:
             names.append("model")
         if old[4] is not new[4] or before.lrs != after.lrs:
             names.append("optimizers")
-        return ",".join(names), after
+        return ",".join(names)

@@ -120,7 +120,7 @@ class Engine:
 
     # -- running ------------------------------------------------------------------------------
     # The hot path: written flat, with no allocation or call an event does not need (it runs
-    # about 13 times per training step).
+    # about 13 times per training step); rows go straight into the trace's lists.
     def run_event(self, event: Union[Event, str]) -> None:
         """Run the algorithms and callbacks of ``event`` and record them in the trace."""
         if type(event) is not Event:
@@ -129,7 +129,7 @@ class Engine:
         self.event = event
         self.logger.phase = _PHASE[event]
         trace.seq = seq = trace.seq + 1
-        asked, asked_batch = None, 0  # the algorithms asked here, when the trace keeps the ones that said no
+        asked = None  # the algorithms asked here, when the trace keeps the ones that said no
         t0 = _now()
         try:
             if event is _INIT:
@@ -142,8 +142,8 @@ class Engine:
                 for algorithm in self._listening[event]:  # a loop, not a comprehension: no frame when none listen
                     if algorithm.match(event, state):
                         matched.append(algorithm)
-                if trace.records_unmatched and len(matched) < len(algorithms):
-                    asked, asked_batch = self._listed_names, state.timestamp.batch
+                if len(matched) < len(algorithms) and trace.records_unmatched:
+                    asked = self._listed_names
                 if matched:
                     if len(matched) > 1 or not self._passes_keep_singletons:
                         matched = self._order(matched, event)  # (one algorithm under default passes stays one)
@@ -152,7 +152,9 @@ class Engine:
                 self._run_callbacks(event, seq)
         finally:
             if trace.recording:
-                trace.record_event(seq, event, state.timestamp, state.microbatch, t0, _now(), asked, asked_batch)
+                ts = state.timestamp
+                trace.event_rows.append((seq, event._value_, ts.epoch, ts.batch, ts.batch_in_epoch, state.microbatch,
+                                         t0, _now(), asked))
 
     def _list_algorithms(self, algorithms: list) -> None:
         """Note a new algorithms list: name its instances in list order ('LabelSmoothing',
@@ -176,28 +178,32 @@ class Engine:
 
     def _invoke_all(self, objs: Sequence[Any], kind: str, method: str, event: Event, seq: int) -> None:
         """Call ``method`` of each of ``objs`` in order; with the trace on, record each with its
-        duration, exit code, error and the State fields it changed (each call's 'after'
-        snapshot is the next one's 'before')."""
+        duration, exit code, error and the State fields it changed (the watcher compares each
+        call with the state the previous one left)."""
         state, trace, logger = self.state, self.trace, self.logger
         if not trace.recording:
             for obj in objs:
                 getattr(obj, method)(event, state, logger)
             return
-        watcher, batch = self._watcher, state.timestamp.batch
-        before = watcher.snapshot_before(event)
+        watcher, labels, rows = self._watcher, trace._labels, trace.invocation_rows
+        value, batch = event._value_, state.timestamp.batch
+        watcher.watch(event)
         for order, obj in enumerate(objs):
+            entry = labels.get(id(obj))
+            name = entry[1] if entry is not None else trace.label(obj)
+            call = getattr(obj, method)
             t0 = _now()
             try:
-                exit_code = getattr(obj, method)(event, state, logger)
+                exit_code = call(event, state, logger)
             except BaseException as err:
-                changed, _ = watcher.changed(before)
+                duration = _now() - t0
+                changed = watcher.changed()
                 watcher.forget()
-                trace.record_invocation(seq, event, batch, obj, kind, order, None, _now() - t0, changed,
-                                        f"{type(err).__name__}: {err}")
+                rows.append((seq, value, batch, name, kind, order, None, duration, changed,
+                             f"{type(err).__name__}: {err}"))
                 raise
             duration = _now() - t0
-            changed, before = watcher.changed(before)
-            trace.record_invocation(seq, event, batch, obj, kind, order, exit_code, duration, changed, None)
+            rows.append((seq, value, batch, name, kind, order, exit_code, duration, watcher.changed(), None))
 
     def close(self) -> None:
         """Close every callback (flush files, end progress bars)."""

@@ -56,8 +56,8 @@ class Trace:
         self.level = level
         self.seq = -1
         self._t0 = time.perf_counter()
-        self._events: list[tuple] = []
-        self._invocations: list[tuple] = []
+        self.event_rows: list[tuple] = []
+        self.invocation_rows: list[tuple] = []
         self._notes: list[tuple] = []
         self._labels: dict[int, tuple[Any, str]] = {}
         self._label_counts: dict[str, int] = {}
@@ -92,22 +92,17 @@ class Trace:
             self._label_cls[entry[1]] = cls
         return entry[1]
 
-    # Rows hold only strings and numbers: the garbage collector stops tracking such tuples, so
-    # a long trace costs the collector nothing (rows holding objects would be rescanned).
-    def record_event(self, seq: int, event: Event, ts: Any, microbatch: Optional[int], t_start: float,
-                     t_end: float, asked: Optional[tuple[str, ...]] = None, asked_batch: int = 0) -> None:
-        """``asked``: at level 'all', the names (by :meth:`label`) of the algorithms at this event,
-        asked at batch ``asked_batch``; those without an invocation row at ``seq`` did not match
-        (worked out when the trace is read, so the run pays nothing more per event)."""
-        self._events.append((seq, event._value_, ts.epoch, ts.batch, ts.batch_in_epoch, microbatch,
-                             t_start - self._t0, t_end - t_start, asked_batch, asked))
-
-    def record_invocation(self, seq: int, event: Event, batch: int, obj: Any, kind: str, order: int,
-                          exit_code: Optional[int], duration: float, changed: str,
-                          error: Optional[str]) -> None:
-        entry = self._labels.get(id(obj))  # (label(obj), without its call when obj has one already)
-        self._invocations.append((seq, event._value_, batch, entry[1] if entry is not None else self.label(obj),
-                                  kind, order, exit_code, duration, changed, error))
+    # -- rows (appended by the engine) -------------------------------------------------------
+    # The engine appends to these lists directly: a method call per row would cost more than
+    # the row. Rows hold only strings and numbers, so the garbage collector stops tracking
+    # them and a long trace costs the collector nothing (rows holding objects are rescanned).
+    #   event_rows: (seq, event value, epoch, batch, batch_in_epoch, microbatch,
+    #                t_start, t_end (perf_counter), asked)
+    #     asked: at level 'all', the labels of the algorithms at this event; those without an
+    #     invocation row at seq did not match (worked out when the trace is read, so the run
+    #     pays nothing more per event). None otherwise.
+    #   invocation_rows: (seq, event value, batch, label, kind, order, exit_code, duration,
+    #                     changed, error)
 
     def note(self, kind: str, text: str, timestamp: Any = None) -> None:
         """Record something that is not an event: a setting changed from a widget, an
@@ -120,7 +115,7 @@ class Trace:
     def events(self) -> pd.DataFrame:
         """One row per fired event: ``seq``, ``phase``, ``event``, ``epoch``, ``batch`` (global),
         ``batch_in_epoch``, ``microbatch``, ``t_start`` (s since the trace began), ``duration`` (s)."""
-        return self._frame("events", self._events, self._build_events)
+        return self._frame("events", self.event_rows, self._build_events)
 
     @property
     def invocations(self) -> pd.DataFrame:
@@ -131,7 +126,7 @@ class Trace:
         said no appear with ``matched=False``."""
         if self._loaded is not None:
             return self._loaded["invocations"]
-        key_rows = (len(self._invocations), len(self._events))
+        key_rows = (len(self.invocation_rows), len(self.event_rows))
         cached = self._cache.get("invocations")
         if cached is None or cached[0] != key_rows:
             cached = self._cache["invocations"] = (key_rows, self._build_invocations())
@@ -150,10 +145,10 @@ class Trace:
             cached = self._cache[key] = ((len(rows),), build(rows))
         return cached[1]
 
-    @staticmethod
-    def _build_events(rows: list) -> pd.DataFrame:
-        rows = [(seq, _PHASE_OF[ev], ev, epoch, batch, in_epoch, microbatch, t_start, duration)
-                for seq, ev, epoch, batch, in_epoch, microbatch, t_start, duration, _, _ in rows]
+    def _build_events(self, rows: list) -> pd.DataFrame:
+        t0 = self._t0
+        rows = [(seq, _PHASE_OF[ev], ev, epoch, batch, in_epoch, microbatch, t_start - t0, t_end - t_start)
+                for seq, ev, epoch, batch, in_epoch, microbatch, t_start, t_end, _ in rows]
         df = pd.DataFrame.from_records(rows, columns=list(EVENT_COLUMNS))
         df = df.sort_values("seq", kind="stable", ignore_index=True)
         return df.astype(_DTYPES["events"])
@@ -162,10 +157,10 @@ class Trace:
         # Within an event: what ran, in its order, then what did not match, in list order.
         cls = self._label_cls
         rows = [((seq, 0, order), seq, ev, b, name, cls[name], kind, True, order, code, dur, ch, err)
-                for seq, ev, b, name, kind, order, code, dur, ch, err in self._invocations]
-        ran = {(r[0], r[3]) for r in self._invocations if r[4] == "algorithm"}
+                for seq, ev, b, name, kind, order, code, dur, ch, err in self.invocation_rows]
+        ran = {(r[0], r[3]) for r in self.invocation_rows if r[4] == "algorithm"}
         rows += [((seq, 1, pos), seq, ev, b, name, cls[name], "algorithm", False, None, None, None, "", None)
-                 for seq, ev, *_, b, names in filter(_asked, self._events) for pos, name in enumerate(names)
+                 for seq, ev, _, b, *_, names in filter(_asked, self.event_rows) for pos, name in enumerate(names)
                  if (seq, name) not in ran]
         rows.sort(key=lambda r: r[0])
         df = pd.DataFrame.from_records([r[1:] for r in rows], columns=list(INVOCATION_COLUMNS))
@@ -208,7 +203,7 @@ class Trace:
         return trace
 
     def __repr__(self) -> str:
-        return (f"Trace(level={self.level!r}, events={len(self._events)}, "
-                f"invocations={len(self._invocations)}, unmatched_calls="
-                f"{sum(len(row[-1]) for row in filter(_asked, self._events))}, notes={len(self._notes)})")
+        return (f"Trace(level={self.level!r}, events={len(self.event_rows)}, "
+                f"invocations={len(self.invocation_rows)}, unmatched_calls="
+                f"{sum(len(row[-1]) for row in filter(_asked, self.event_rows))}, notes={len(self._notes)})")
 

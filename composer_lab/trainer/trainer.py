@@ -266,48 +266,65 @@ class Trainer:
 
     def _train_batch(self, samples: int) -> None:
         """Forward, loss and backward per microbatch, then the optimizer step."""
-        state, run, adapter, scaler = self.state, self.engine.run_event, self.adapter, self.scaler
+        state, run, adapter, scaler, ddp = self.state, self.engine.run_event, self.adapter, self.scaler, self.ddp
         run(Event.BEFORE_TRAIN_BATCH)
         for optimizer in state.optimizers:
             optimizer.zero_grad(set_to_none=True)
         full_batch = state.batch
         size = self.microbatch_size
         microbatches = [full_batch] if size is None or size >= samples else split_batch(full_batch, size)
-        create_graph = any(a.backwards_create_graph for a in state.algorithms) if state.algorithms else False
+        last, several = len(microbatches) - 1, len(microbatches) > 1
+        create_graph = False
+        for algorithm in state.algorithms:  # (a loop, not any(...): no generator frame each batch)
+            if algorithm.backwards_create_graph:
+                create_graph = True
+                break
+        precision = state.precision_context()
         total_loss = None
         for index, microbatch in enumerate(microbatches):
             state.microbatch = index
             state.batch = microbatch
             run(Event.BEFORE_FORWARD)
-            with state.precision_context(), self.ddp.training_forward(state, index == len(microbatches) - 1) as model:
-                state.outputs = adapter.forward(model, state.batch)
+            if ddp.enabled:
+                with precision, ddp.training_forward(state, index == last) as model:
+                    state.outputs = adapter.forward(model, state.batch)
+            else:
+                with precision:
+                    state.outputs = adapter.forward(state.model, state.batch)
             run(Event.AFTER_FORWARD)
             run(Event.BEFORE_LOSS)
-            with state.precision_context():
+            with precision:
                 state.loss = adapter.loss(state.model, state.outputs, state.batch)
             run(Event.AFTER_LOSS)
             run(Event.BEFORE_BACKWARD)
             loss = state.loss
-            if len(microbatches) > 1:
+            if several:
                 loss = loss * (batch_size(microbatch) / samples)
             (scaler.scale(loss) if scaler is not None else loss).backward(create_graph=create_graph)
             run(Event.AFTER_BACKWARD)
-            total_loss = loss.detach() if total_loss is None else total_loss + loss.detach()
+            # One microbatch: its loss is the batch's (read below, never kept with its graph).
+            total_loss = loss if not several else loss.detach() if total_loss is None else total_loss + loss.detach()
         state.microbatch = None
-        if len(microbatches) > 1:
+        if several:
             state.batch = full_batch
-        distributed_run = self.ddp.enabled  # (one process: no collectives, nor asking torch.distributed for them)
-        if distributed_run:
-            total_loss = distributed.mean_over_ranks(total_loss, samples)  # the global batch's: every rank agrees
+        if ddp.enabled:  # (one process: no collectives, nor asking torch.distributed for them)
+            total_loss = distributed.mean_over_ranks(total_loss.detach(), samples)  # every rank agrees
+            samples = distributed.sum_over_ranks(samples)
+        # The loss logged: a float when it is read anyway (one host read, to stop before a
+        # non-finite loss reaches the weights), else a detached tensor (no device sync).
         if self.stop_on_nonfinite_loss:
-            self._check_finite(total_loss)
+            logged = total_loss.item()
+            if not math.isfinite(logged):
+                self._stop_nonfinite(logged)
+        else:
+            logged = total_loss.detach()
         if scaler is not None:
             for optimizer in state.optimizers:
                 scaler.unscale_(optimizer)
         run(Event.AFTER_TRAIN_BATCH)
-        self._apply_step(distributed.sum_over_ranks(samples) if distributed_run else samples, total_loss)
+        self._apply_step(samples, logged)
 
-    def _apply_step(self, samples: int, loss: torch.Tensor) -> None:
+    def _apply_step(self, samples: int, loss: Any) -> None:
         """Optimizer and scheduler steps, the step's metrics and the timestamp advance: the
         batch is applied. A stop pressed meanwhile waits until all of it is done."""
         state, scaler, guard = self.state, self.scaler, self._guard
@@ -331,11 +348,9 @@ class Trainer:
         finally:
             guard.release()
 
-    def _check_finite(self, loss: torch.Tensor) -> None:
-        """Raise :class:`NonFiniteLossError` if ``loss`` is NaN or infinite (one host read)."""
-        value = loss.item()
-        if math.isfinite(value):
-            return
+    def _stop_nonfinite(self, value: float) -> None:
+        """Raise :class:`NonFiniteLossError` for the non-finite loss ``value``, naming the calls of
+        this batch that changed batch, outputs or loss (from the trace)."""
         calls = None
         if self.trace.recording:
             calls = self.trace.invocations
