@@ -67,11 +67,15 @@ def plain_loop(batches: list) -> float:
     return time.perf_counter() - start
 
 
-def trainer_fit(batches: list) -> float:
+def make_trainer(batches: list) -> Trainer:
     model = make_model(0)
-    trainer = Trainer(model, batches, f"{len(batches)}ba", loss_fn=nn.functional.cross_entropy,
-                      optimizers=make_optimizer(model), algorithms=[Touch(e) for e in STEP_EVENTS],
-                      device="cpu", trace="all", progress_bar=False)
+    return Trainer(model, batches, f"{len(batches)}ba", loss_fn=nn.functional.cross_entropy,
+                   optimizers=make_optimizer(model), algorithms=[Touch(e) for e in STEP_EVENTS],
+                   device="cpu", trace="all", progress_bar=False)
+
+
+def trainer_fit(batches: list) -> float:
+    trainer = make_trainer(batches)
     start = time.perf_counter()
     trainer.fit()
     elapsed = time.perf_counter() - start
@@ -127,7 +131,8 @@ def main() -> None:
             fit.append(trainer_fit(batches))
     ratio = min(fit) / min(plain)
     counted = (batches * (100 // len(batches) + 1))[:100]
-    plain_ops, fit_ops = bytecodes_per_step(plain_loop, counted), bytecodes_per_step(trainer_fit, counted)
+    plain_ops = bytecodes_per_step(plain_loop, counted)
+    fit_ops = bytecodes_per_step(lambda steps: make_trainer(steps).fit(), counted)
     pair_ratios = [f / p for f, p in zip(fit, plain)]
     result = {"benchmark": "trainer_overhead", "steps": args.steps, "repeats": args.repeats,
               "plain_s": plain, "trainer_s": fit, "plain_min_s": min(plain), "trainer_min_s": min(fit),
