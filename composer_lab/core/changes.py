@@ -232,7 +232,7 @@ class FieldWatcher:
                 and s.optimizers is fields[4] and before.tensors is not None and before.hooks == _hooks
                 and tuple(map(_version, before.tensors)) == before.versions
                 and sum(map(_requires_grad, before.walk[2])) == before.trainable
-                and _learning_rates(fields[4]) == before.lrs):
+                and _learning_rates(s.optimizers) == before.lrs):
             return ""
         after = self.snapshot()
         old, new = before.fields, after.fields

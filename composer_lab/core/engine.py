@@ -185,12 +185,11 @@ class Engine:
             for obj in objs:
                 getattr(obj, method)(event, state, logger)
             return
-        watcher, labels, rows = self._watcher, trace._labels, trace.invocation_rows
+        watcher, rows = self._watcher, trace.invocation_rows
         value, batch = event._value_, state.timestamp.batch
         watcher.watch(event)
         for order, obj in enumerate(objs):
-            entry = labels.get(id(obj))
-            name = entry[1] if entry is not None else trace.label(obj)
+            name = trace.label(obj)
             call = getattr(obj, method)
             t0 = _now()
             try:
