@@ -93,6 +93,46 @@ def test_changed_names_replaced_and_in_place_fields(state):
     assert ran == {"Smooth": "batch", "ScaleLossInPlace": "loss", "Freeze": "model", "Recorder": ""}
 
 
+class StepInside(Algorithm):
+    """Takes an optimizer step inside its call (as SAM-like methods do)."""
+
+    def match(self, event, state):
+        return event == Event.AFTER_BACKWARD
+
+    def apply(self, event, state, logger):
+        state.optimizers[0].step()
+
+
+def _with_gradients(state):
+    state.optimizers = [torch.optim.SGD(state.model.parameters(), lr=0.1)]
+    for p in state.model.parameters():
+        p.grad = torch.ones_like(p)
+
+
+def test_the_loops_own_work_between_events_is_not_blamed_on_the_next_call(state):
+    """Between events the loop replaces batch, outputs and loss and steps the optimizer; the
+    call after that is compared with the state the loop left, not the state before it."""
+    _with_gradients(state)
+    state.algorithms = [Recorder(e.value, [e], []) for e in (Event.BEFORE_LOSS, Event.AFTER_LOSS, Event.BATCH_END)]
+    engine = Engine(state)
+    engine.run_event(Event.BEFORE_LOSS)
+    state.outputs, state.loss = torch.zeros(3, 2), torch.tensor(0.5)  # the loop's forward and loss
+    state.batch = (torch.ones(3, 4), torch.zeros(3, dtype=torch.long))
+    engine.run_event(Event.AFTER_LOSS)
+    state.optimizers[0].step()  # the loop's step: parameters written in place
+    engine.run_event(Event.BATCH_END)
+    inv = engine.trace.invocations
+    assert list(inv[inv.matched].changed) == ["", "", ""]
+
+
+def test_an_optimizer_step_inside_a_call_is_a_model_change(state):
+    _with_gradients(state)
+    state.algorithms = [StepInside(), Recorder("next", [Event.AFTER_BACKWARD], [])]
+    trace = run(state, [Event.AFTER_BACKWARD])
+    ran = trace.invocations.set_index("name").changed.to_dict()
+    assert ran == {"StepInside": "model", "Recorder": ""}  # (the call after it sees the new weights as given)
+
+
 def test_level_all_records_match_calls_that_said_no(state):
     state.algorithms = [Smooth(), Recorder("r", [Event.INIT], [])]
     inv = run(state, [Event.BEFORE_LOSS, Event.INIT]).invocations
