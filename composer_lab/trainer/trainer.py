@@ -302,8 +302,10 @@ class Trainer:
                 loss = loss * (batch_size(microbatch) / samples)
             (scaler.scale(loss) if scaler is not None else loss).backward(create_graph=create_graph)
             run(Event.AFTER_BACKWARD)
-            # One microbatch: its loss is the batch's (read below, never kept with its graph).
-            total_loss = loss if not several else loss.detach() if total_loss is None else total_loss + loss.detach()
+            if not several:
+                total_loss = loss  # the batch's loss (read below, never kept with its graph)
+            else:
+                total_loss = loss.detach() if total_loss is None else total_loss + loss.detach()
         state.microbatch = None
         if several:
             state.batch = full_batch
