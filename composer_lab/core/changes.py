@@ -117,40 +117,48 @@ def _learning_rates(optimizers: Any) -> list:
 class _Snapshot:
     """What :meth:`FieldWatcher.snapshot` saw of a State, without copies of any data.
 
-    ``fields``: the objects in batch, outputs, loss, model and optimizers. When batch, outputs
-    and loss are plain (see :func:`_plain_tensors`), ``tensors`` lists their tensors and then
-    the model's parameters, and ``versions`` their versions: one pass over them tells any
-    in-place write. Otherwise ``tensors`` is None and ``data`` holds the three fields'
+    ``batch``, ``outputs``, ``loss``, ``model``, ``optimizers``: the objects in those fields.
+    When batch, outputs and loss are plain (see :func:`_plain_tensors`), ``tensors`` lists their
+    tensors and then the model's parameters, and ``versions`` their versions: one pass over them
+    tells any in-place write. Otherwise ``tensors`` is None and ``data`` holds the three fields'
     :func:`_data_signature` (``held``: what keeps the ids in them from being reused).
     ``walk``: the model walk it was taken under (structure version, ids, parameters, modules);
     ``param_versions``, ``trainable`` (the count of parameters that require grad),
     ``lrs``; ``hooks``: the hook counter it was taken under.
     """
 
-    __slots__ = ("fields", "tensors", "versions", "data", "held", "walk", "param_versions", "trainable", "lrs",
-                 "hooks")
+    __slots__ = ("batch", "outputs", "loss", "model", "optimizers", "tensors", "versions", "data", "held", "walk",
+                 "param_versions", "trainable", "lrs", "hooks")
 
-    def __init__(self, fields: tuple, walk: tuple, param_versions: tuple, trainable: int, lrs: list,
+    def __init__(self, state: Any, walk: tuple, param_versions: tuple, trainable: int, lrs: list,
                  hooks: int) -> None:
-        self.fields = fields
-        batch, outputs, loss = fields[0], fields[1], fields[2]
+        self.model, self.optimizers = state.model, state.optimizers
+        self.walk, self.param_versions, self.trainable, self.lrs = walk, param_versions, trainable, lrs
+        self.hooks = hooks
+        self.see_data(state.batch, state.outputs, state.loss)
+
+    def see_data(self, batch: Any, outputs: Any, loss: Any) -> None:
+        """Take batch, outputs and loss again (the rest of the snapshot still holds)."""
+        self.batch, self.outputs, self.loss = batch, outputs, loss
         data = _plain_tensors(batch, outputs, loss)
         if data is not None:
-            self.tensors, self.versions = data + walk[2], tuple(map(_version, data)) + param_versions
+            self.tensors, self.versions = data + self.walk[2], tuple(map(_version, data)) + self.param_versions
             self.data = self.held = None
         else:
             self.tensors, self.versions = None, ()
             self.data = (_data_signature(batch), _data_signature(outputs), _data_signature(loss))
             self.held = (_held(batch), _held(outputs), _held(loss))
-        self.walk, self.param_versions, self.trainable, self.lrs = walk, param_versions, trainable, lrs
-        self.hooks = hooks
+
+    def fields(self) -> tuple:
+        """The five objects seen, in the order of ``TRACKED_FIELDS``."""
+        return self.batch, self.outputs, self.loss, self.model, self.optimizers
 
     def data_signatures(self) -> tuple:
         """The signatures of batch, outputs and loss, each as :func:`_data_signature` gives it."""
         if self.tensors is None:
             return self.data
         versions, signatures, start = self.versions, [], 0
-        for value in self.fields[:3]:
+        for value in (self.batch, self.outputs, self.loss):
             if value is None:
                 signatures.append(None)
             elif type(value) is tuple:
@@ -194,8 +202,7 @@ class FieldWatcher:
         if model is not self._model or walk[0] != _structure_version:
             walk = self._walk_model(model)
         params = walk[2]
-        snap = self._last = _Snapshot((s.batch, s.outputs, s.loss, model, optimizers), walk,
-                                      tuple(map(_version, params)), sum(map(_requires_grad, params)),
+        snap = self._last = _Snapshot(s, walk, tuple(map(_version, params)), sum(map(_requires_grad, params)),
                                       _learning_rates(optimizers), _hooks)
         return snap
 
@@ -209,13 +216,11 @@ class FieldWatcher:
         if last is None or last.hooks != _hooks or event in _BOUNDARY_EVENTS:
             self.snapshot()
             return
-        s, fields = self.state, last.fields
-        if s.model is not fields[3] or s.optimizers is not fields[4]:
+        s = self.state
+        if s.model is not last.model or s.optimizers is not last.optimizers:
             self.snapshot()
-        elif s.batch is not fields[0] or s.outputs is not fields[1] or s.loss is not fields[2]:
-            # batch, outputs or loss replaced: only their versions are read again
-            self._last = _Snapshot((s.batch, s.outputs, s.loss, fields[3], fields[4]), last.walk,
-                                   last.param_versions, last.trainable, last.lrs, _hooks)
+        elif s.batch is not last.batch or s.outputs is not last.outputs or s.loss is not last.loss:
+            last.see_data(s.batch, s.outputs, s.loss)  # replaced: only their versions are read again
 
     def forget(self) -> None:
         """Take the next snapshot in full (after a call raised, say)."""
@@ -226,16 +231,16 @@ class FieldWatcher:
         none); the state now becomes the last snapshot, to compare the next call with. The usual
         answer (nothing changed) is checked first, without building a snapshot."""
         s, before = self.state, self._last
-        fields = before.fields
         # (plain `is` tests: Python specialises these attribute reads; a C-level getter is slower)
-        if (s.batch is fields[0] and s.outputs is fields[1] and s.loss is fields[2] and s.model is fields[3]
-                and s.optimizers is fields[4] and before.tensors is not None and before.hooks == _hooks
+        if (s.batch is before.batch and s.outputs is before.outputs and s.loss is before.loss
+                and s.model is before.model and s.optimizers is before.optimizers
+                and before.tensors is not None and before.hooks == _hooks
                 and tuple(map(_version, before.tensors)) == before.versions
                 and sum(map(_requires_grad, before.walk[2])) == before.trainable
                 and _learning_rates(s.optimizers) == before.lrs):
             return ""
         after = self.snapshot()
-        old, new = before.fields, after.fields
+        old, new = before.fields(), after.fields()
         names = [name for name, b, a, sb, sa in zip(TRACKED_FIELDS, old, new, before.data_signatures(),
                                                      after.data_signatures()) if b is not a or sb != sa]
         if old[3] is not new[3] or before.model_signature() != after.model_signature():
