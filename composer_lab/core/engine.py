@@ -45,6 +45,7 @@ class Engine:
         self._set_passes(list(DEFAULT_PASSES))
         self._callback_events: dict[int, tuple[Callback, frozenset]] = {}
         self._listed: Any = None
+        self._listed_version = -1
         self._listed_names: tuple[str, ...] = ()
         self._listening: dict[Event, list] = {}
         self._watcher = FieldWatcher(state)
@@ -136,8 +137,8 @@ class Engine:
                 self._run_callbacks(event, seq)  # on INIT, callbacks first
             algorithms = state.algorithms
             if algorithms:
-                if algorithms is not self._listed or len(algorithms) != len(self._listed_names):
-                    self._list_algorithms(algorithms)
+                if algorithms is not self._listed or algorithms.version != self._listed_version:
+                    self._list_algorithms(algorithms)  # a new list, or this one edited in place
                 matched = []
                 for algorithm in self._listening[event]:  # a loop, not a comprehension: no frame when none listen
                     if algorithm.match(event, state):
@@ -157,13 +158,13 @@ class Engine:
                                          t0, _now(), asked))
 
     def _list_algorithms(self, algorithms: list) -> None:
-        """Note a new algorithms list: name its instances in list order ('LabelSmoothing',
+        """Note a new or edited algorithms list: name its instances in list order ('LabelSmoothing',
         'LabelSmoothing#2'), not run order, and keep, for each event, the algorithms whose
         ``events`` admit it (the only ones asked ``match`` there)."""
         self._listed_names = tuple([self.trace.label(algo) for algo in algorithms])
         self._listening = {event: [a for a in algorithms if a.events is None or event in a.events]
                            for event in Event}
-        self._listed = algorithms
+        self._listed, self._listed_version = algorithms, algorithms.version
 
     def _run_callbacks(self, event: Event, seq: int) -> None:
         callbacks = [cb for cb in self.state.callbacks if event in self._events_of(cb)]

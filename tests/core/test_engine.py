@@ -160,6 +160,49 @@ def test_algorithms_list_swap_takes_effect_at_the_next_event(state):
     assert log == ["A", "B", "B"]
 
 
+EDITS = {
+    "swap": lambda algos, c: algos.__setitem__(0, c),
+    "reverse": lambda algos, c: algos.reverse(),
+    "remove": lambda algos, c: algos.remove(algos[0]),
+    "pop": lambda algos, c: algos.pop(0),
+    "delete": lambda algos, c: algos.__delitem__(0),
+    "sort": lambda algos, c: algos.sort(key=lambda a: a.name, reverse=True),
+    "append": lambda algos, c: algos.append(c),
+    "insert": lambda algos, c: algos.insert(0, c),
+    "extend": lambda algos, c: algos.extend([c]),
+    "clear": lambda algos, c: algos.clear(),
+    "slice": lambda algos, c: algos.__setitem__(slice(0, 2), [c]),
+}
+
+
+@pytest.mark.parametrize("edit", sorted(EDITS))
+def test_an_in_place_edit_of_the_algorithms_takes_effect_at_the_next_event(state, edit):
+    """The engine caches who listens at each event; an edit of the same list must not leave
+    it running the old list (each case fails if that mutator goes uncounted)."""
+    log = []
+    a, b, c = Recorder("A", ALL, log), Recorder("B", ALL, log), Recorder("C", ALL, log)
+    state.algorithms = [a, b]
+    engine = Engine(state, algorithm_passes=lambda algos, event: list(algos))  # keep list order
+    engine.run_event(Event.BATCH_START)
+    expected = list(state.algorithms)
+    EDITS[edit](expected, c)
+    EDITS[edit](state.algorithms, c)
+    del log[:]
+    engine.run_event(Event.BATCH_START)
+    assert log == [algo.name for algo in expected]
+
+
+def test_augmented_assignment_to_the_algorithms_keeps_a_counting_list(state):
+    log = []
+    state.algorithms = [Recorder("A", ALL, log)]
+    engine = Engine(state)
+    engine.run_event(Event.BATCH_START)
+    state.algorithms += [Recorder("B", ALL, log)]
+    state.algorithms[1] = Recorder("C", ALL, log)
+    engine.run_event(Event.BATCH_START)
+    assert log == ["A", "A", "C"]
+
+
 class CountingMatch(Recorder):
     """Declares its events; counts how often the engine asks ``match``."""
 
