@@ -6,7 +6,14 @@ that each match one event of the step and the full trace ('all'). Runs are inter
 process, in pairs (a plain loop and a fit, the order alternating from pair to pair, so a slow
 stretch of the machine weighs on both alike). The ratio is the minimum of the fits over the
 minimum of the plain loops; the median of the pairs' own ratios is printed beside it, as a check
-on noise. Writes benchmarks/results/trainer_overhead.json.
+on noise.
+
+Whole-run times move by several percent on a shared machine, more than the overhead measured, so
+the step times are compared too: the plain loop stamps each step, the fit's trace has its own
+(each step starts at BEFORE_DATALOADER), and the 10th percentile of several thousand steps is
+far steadier than a minimum of seven runs. The trace also tells how much of a step is spent
+inside the engine's events (running, timing and recording the algorithms). Writes
+benchmarks/results/trainer_overhead.json.
 
     python benchmarks/trainer_overhead.py [--repeats 7] [--steps 600]
 """
@@ -54,17 +61,19 @@ def make_optimizer(model: nn.Module) -> torch.optim.Optimizer:
     return torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
 
-def plain_loop(batches: list) -> float:
+def plain_loop(batches: list) -> tuple[float, list]:
+    """The run's time and each step's time (a clock read per step: about 50 ns of 1 ms)."""
     model = make_model(0)
     optimizer = make_optimizer(model)
     loss_fn = nn.functional.cross_entropy
-    start = time.perf_counter()
+    stamps = [time.perf_counter()]
     for x, y in batches:
         optimizer.zero_grad(set_to_none=True)
         loss = loss_fn(model(x), y)
         loss.backward()
         optimizer.step()
-    return time.perf_counter() - start
+        stamps.append(time.perf_counter())
+    return stamps[-1] - stamps[0], [b - a for a, b in zip(stamps, stamps[1:])]
 
 
 def make_trainer(batches: list) -> Trainer:
@@ -74,14 +83,24 @@ def make_trainer(batches: list) -> Trainer:
                    device="cpu", trace="all", progress_bar=False)
 
 
-def trainer_fit(batches: list) -> float:
+def trainer_fit(batches: list) -> tuple[float, list, list]:
+    """The run's time, each step's time and each step's time inside the engine's events (both
+    from the trace: a step runs from one BEFORE_DATALOADER to the next)."""
     trainer = make_trainer(batches)
     start = time.perf_counter()
     trainer.fit()
     elapsed = time.perf_counter() - start
     calls = trainer.trace.invocations
     assert calls["matched"].sum() == 10 * len(batches), "every algorithm must run once per step"
-    return elapsed
+    events = trainer.trace.events
+    step = (events["event"] == "before_dataloader").cumsum()
+    starts = events["t_start"][events["event"] == "before_dataloader"].tolist()
+    in_events = events.groupby(step)["duration"].sum().tolist()[1:-1]  # (before the first step: fit_start...)
+    return elapsed, [b - a for a, b in zip(starts, starts[1:])], in_events
+
+
+def p10(values: list) -> float:
+    return statistics.quantiles(values, n=10)[0]
 
 
 def bytecodes_per_step(run, batches: list) -> float:
@@ -121,15 +140,17 @@ def main() -> None:
     y = torch.randint(0, 10, (args.steps * 64,), generator=gen)
     batches = list(zip(x.split(64), y.split(64)))
     plain_loop(batches[:50]), trainer_fit(batches[:50])  # warm up both paths
-    plain, fit = [], []
+    plain, fit, plain_steps, fit_steps, in_events = [], [], [], [], []
     for i in range(args.repeats):
-        if i % 2:
-            fit.append(trainer_fit(batches))
-            plain.append(plain_loop(batches))
-        else:
-            plain.append(plain_loop(batches))
-            fit.append(trainer_fit(batches))
+        for run in (plain_loop, trainer_fit) if i % 2 == 0 else (trainer_fit, plain_loop):
+            if run is plain_loop:
+                elapsed, steps = plain_loop(batches)
+                plain.append(elapsed), plain_steps.extend(steps)
+            else:
+                elapsed, steps, inside = trainer_fit(batches)
+                fit.append(elapsed), fit_steps.extend(steps), in_events.extend(inside)
     ratio = min(fit) / min(plain)
+    step_ratio = p10(fit_steps) / p10(plain_steps)
     counted = (batches * (100 // len(batches) + 1))[:100]
     plain_ops = bytecodes_per_step(plain_loop, counted)
     fit_ops = bytecodes_per_step(lambda steps: make_trainer(steps).fit(), counted)
@@ -138,6 +159,8 @@ def main() -> None:
               "plain_s": plain, "trainer_s": fit, "plain_min_s": min(plain), "trainer_min_s": min(fit),
               "ratio": ratio, "median_pair_ratio": statistics.median(pair_ratios),
               "per_step_overhead_us": (min(fit) - min(plain)) / args.steps * 1e6,
+              "plain_step_p10_us": p10(plain_steps) * 1e6, "trainer_step_p10_us": p10(fit_steps) * 1e6,
+              "step_p10_ratio": step_ratio, "in_events_p10_us": p10(in_events) * 1e6,
               "plain_bytecodes_per_step": plain_ops, "trainer_bytecodes_per_step": fit_ops,
               "torch": torch.__version__, "python": platform.python_version(), "machine": platform.machine()}
     out = Path(__file__).parent / "results" / "trainer_overhead.json"
@@ -147,6 +170,9 @@ def main() -> None:
     print(f"Trainer.fit  {min(fit) * 1e3:8.1f} ms  (min of {args.repeats}: {[round(t * 1e3, 1) for t in fit]})")
     print(f"ratio {ratio:.3f}x  ({result['per_step_overhead_us']:.1f} us per step; median of the pairs' ratios "
           f"{result['median_pair_ratio']:.3f}x); saved to {out}")
+    print(f"per step (10th percentile of {len(plain_steps)} steps each): plain loop {p10(plain_steps) * 1e6:.1f} us, "
+          f"Trainer.fit {p10(fit_steps) * 1e6:.1f} us: {step_ratio:.3f}x; inside the engine's events "
+          f"{p10(in_events) * 1e6:.1f} us of the step")
     print(f"Python bytecodes per step (noise-free): plain loop {plain_ops:.0f}, "
           f"Trainer.fit {fit_ops:.0f} (+{fit_ops - plain_ops:.0f})")
 
