@@ -29,6 +29,7 @@ class AlgorithmList(list):
 
 
 def _counting(name: str) -> Any:
+    """``list.<name>``, then one more change counted in the list's ``version``."""
     method = getattr(list, name)
 
     def mutate(self: AlgorithmList, *args: Any, **kwargs: Any) -> Any:
