@@ -123,7 +123,8 @@ class Trainer:
         self.eval_metrics = EvalMetrics()
         self.scaler = make_grad_scaler(precision, device)
         self.resumed_from: Optional[dict[str, Any]] = None
-        self._batches: Optional[Any] = None
+        self._batches: Optional[Any] = None  # this epoch's batch iterator (None: open it, past the batches trained)
+        self._epoch_started = False  # EPOCH_START has fired for the epoch in progress
         self._in_flight: Any = None  # the batch taken from the dataloader and not yet applied
         self._batch_seq = 0  # the trace's seq when that batch was taken
         self._guard = InterruptGuard()
@@ -216,15 +217,25 @@ class Trainer:
 
     def _train_epoch(self) -> None:
         state, run = self.state, self.engine.run_event
-        if self._batches is None and state.timestamp.batch_in_epoch == 0:
+        if not self._epoch_started and state.timestamp.batch_in_epoch == 0:
             run(Event.EPOCH_START)
+        self._epoch_started = True
         batches = self._epoch_batches()
         device = state.device
         per_epoch = state.dataloader_len
         by_epoch = state.max_duration.unit is TimeUnit.EPOCH
         while True:
             run(Event.BEFORE_DATALOADER)
-            batch = self._in_flight if self._in_flight is not None else next(batches, None)
+            batch = self._in_flight
+            if batch is None:
+                try:
+                    batch = next(batches, None)
+                except BaseException:
+                    # A batch that failed to load is not skipped: the next fit opens this epoch's
+                    # iterator again, past the batches trained (a DataLoader's iterator would go on
+                    # to the next batch, a generator that raised is finished).
+                    self._batches = None
+                    raise
             if batch is None:
                 break
             self._in_flight, self._batch_seq = batch, self.trace.seq
@@ -240,7 +251,7 @@ class Trainer:
             epoch_done = per_epoch is not None and state.timestamp.batch_in_epoch >= per_epoch
             if not by_epoch and not epoch_done and self._reached_max_duration():
                 return  # stop mid-epoch; the next fit continues this epoch
-        self._batches = None
+        self._batches, self._epoch_started = None, False
         if state.timestamp.batch_in_epoch == 0:
             raise ValueError("train_dataloader yielded no batches this epoch; give it at least one batch "
                              "(check the dataset's length, batch_size and drop_last)")

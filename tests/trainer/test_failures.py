@@ -13,7 +13,7 @@ from composer_lab import Callback, Event
 from composer_lab.trainer import NonFiniteLossError, load_checkpoint
 from composer_lab.trainer import checkpoint as checkpoint_module
 
-from tests.trainer.helpers import OnEvent, make_trainer
+from tests.trainer.helpers import OnEvent, make_trainer, tiny_data
 
 BATCHES_PER_EPOCH, EPOCHS = 3, 2
 TOTAL = BATCHES_PER_EPOCH * EPOCHS
@@ -124,6 +124,65 @@ def test_a_failing_algorithm_is_noted_and_the_next_fit_trains_the_batch_again():
     flaky.fn = None
     trainer.fit()
     _assert_weights(trainer, _trained_for(TOTAL))
+
+
+class FlakyData(torch.utils.data.Dataset):
+    """``tiny_data``, except that the ``nth`` read of item ``bad`` fails (a file that could not
+    be read once)."""
+
+    def __init__(self, bad: int, nth: int) -> None:
+        self.data, self.bad, self.nth, self.reads = tiny_data(), bad, nth, 0
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, index: int):
+        if index == self.bad:
+            self.reads += 1
+            if self.reads == self.nth:
+                raise OSError("unreadable file")
+        return self.data[index]
+
+
+class FlakyBatches:
+    """``tiny_loader``'s batches from a generator that raises instead of yielding batch ``bad``
+    of epoch ``epoch``, once; a generator that raised is finished."""
+
+    def __init__(self, bad: int, epoch: int) -> None:
+        self.bad, self.epoch, self.opened, self.failed = bad, epoch, 0, False
+
+    def __len__(self) -> int:
+        return BATCHES_PER_EPOCH
+
+    def __iter__(self):
+        self.opened += 1
+        for index, batch in enumerate(torch.utils.data.DataLoader(tiny_data(), batch_size=8)):
+            if index == self.bad and self.opened == self.epoch + 1 and not self.failed:
+                self.failed = True
+                raise OSError("unreadable file")
+            yield batch
+
+
+@pytest.mark.parametrize("bad_batch", [0, 1, 3], ids=["first batch", "mid-epoch", "second epoch"])
+@pytest.mark.parametrize("loader", ["DataLoader", "generator"])
+def test_a_failing_dataloader_is_noted_and_the_next_fit_reads_the_batch_again(loader, bad_batch):
+    """A batch that failed to load is not skipped: the next fit opens the epoch again past the
+    batches already trained and reads it (a DataLoader's iterator would go on to the next
+    batch, a generator would end the epoch), and the epoch does not start twice."""
+    epoch, index = divmod(bad_batch, BATCHES_PER_EPOCH)
+    data = (torch.utils.data.DataLoader(FlakyData(bad=index * 8 + 4, nth=epoch + 1), batch_size=8)
+            if loader == "DataLoader" else FlakyBatches(bad=index, epoch=epoch))
+    trainer = make_trainer(train_dataloader=data)
+    with pytest.raises(OSError, match="unreadable file"):
+        trainer.fit()
+    assert trainer.state.timestamp.batch == bad_batch
+    note = trainer.trace.notes.iloc[-1]
+    assert note["kind"] == "error" and "OSError: unreadable file" in note["text"]
+    trainer.fit()
+    _assert_weights(trainer, _trained_for(TOTAL))
+    assert list(trainer.metrics.query("name == 'loss/train'")["batch"]) == list(range(TOTAL))
+    assert trainer.state.timestamp.epoch == EPOCHS
+    assert list(trainer.trace.events.query("event == 'epoch_start'")["epoch"]) == list(range(EPOCHS))
 
 
 class NaNAt(OnEvent):
