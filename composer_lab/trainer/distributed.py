@@ -238,14 +238,16 @@ def shard_dataloader(dataloader: Any, name: str, seed: int = 0, rank: Optional[i
 
 def _check_shardable(dataloader: Any, name: str) -> None:
     fix = f"or give {name} a DistributedSampler(dataset, num_replicas=WORLD_SIZE, rank=RANK) of your own"
+    sharded = (f"or, if every rank's {name} already reads only that rank's share, pass "
+               f"Trainer(shard_dataloaders=False)")
     if not isinstance(dataloader, DataLoader):
         raise ValueError(f"{name} is a {type(dataloader).__name__}: under torchrun each rank must read its "
                          f"own shard of the data, and composer_lab can split only a torch DataLoader; pass a "
-                         f"DataLoader over a map-style dataset")
+                         f"DataLoader over a map-style dataset, {sharded}")
     if isinstance(dataloader.dataset, IterableDataset):
         raise ValueError(f"{name} reads an IterableDataset, which a DistributedSampler cannot split across "
                          f"ranks (each rank would read the whole stream); use a map-style dataset (with "
-                         f"__getitem__ and __len__)")
+                         f"__getitem__ and __len__), {sharded}")
     if isinstance(dataloader.sampler, DistributedSampler):
         return
     if dataloader.batch_size is None:

@@ -64,6 +64,9 @@ class Trainer:
         progress_bar: show a tqdm.auto bar. run_name: names the run (default: the start time).
         stop_on_nonfinite_loss: raise :class:`NonFiniteLossError` before the optimizer step of a
             batch whose loss is NaN or infinite (one host read of the loss per batch).
+        shard_dataloaders: under torchrun, split the dataloaders across the ranks (the default);
+            False when each rank's dataloaders already read that rank's own share (an
+            IterableDataset that splits itself, a sampler of your own): they are used as given.
 
     A failure or interrupt (KeyboardInterrupt) during :meth:`fit` leaves a consistent trainer:
     the batch in flight is either applied (optimizer step and timestamp) or not at all, the
@@ -84,7 +87,8 @@ class Trainer:
                  seed: int = 0, save_folder: Union[str, os.PathLike, None] = None,
                  save_interval: Union[str, Time] = "1ep", load_path: Union[str, os.PathLike, None] = None,
                  trace: Union[str, Trace] = "all", progress_bar: bool = True,
-                 run_name: Optional[str] = None, stop_on_nonfinite_loss: bool = True) -> None:
+                 run_name: Optional[str] = None, stop_on_nonfinite_loss: bool = True,
+                 shard_dataloaders: bool = True) -> None:
         seed_all(seed)
         self.adapter = ModelAdapter(model, loss_fn)
         _check_dataloader(train_dataloader, "train_dataloader")
@@ -105,8 +109,9 @@ class Trainer:
             seed_all(seed + rank)  # each rank its own random streams, as in Composer
         precision = resolve_precision(precision, device)
         self.eval_interval = Interval(eval_interval, "eval_interval")
-        self.eval_dataloader = distributed.shard_dataloader(eval_dataloader, "eval_dataloader", seed)
-        train_dataloader = distributed.shard_dataloader(train_dataloader, "train_dataloader", seed)
+        self.shard_dataloaders = shard_dataloaders
+        self.eval_dataloader = self._rank_share(eval_dataloader, "eval_dataloader", seed)
+        train_dataloader = self._rank_share(train_dataloader, "train_dataloader", seed)
         run_name = run_name or time.strftime("run-%Y%m%d-%H%M%S-") + f"{time.time_ns() // 1_000_000 % 1000:03d}"
         run_name = distributed.broadcast_object(run_name)  # one name for every rank
 
@@ -157,6 +162,11 @@ class Trainer:
     def metrics(self) -> Any:
         """The logged metrics: a tidy DataFrame (``batch``, ``epoch``, ``phase``, ``name``, ``value``)."""
         return self.logger.metrics
+
+    def _rank_share(self, dataloader: Any, name: str, seed: int) -> Any:
+        """What this rank reads of ``dataloader``: its shard under torchrun, unless the dataloaders
+        come sharded (``shard_dataloaders=False``)."""
+        return distributed.shard_dataloader(dataloader, name, seed) if self.shard_dataloaders else dataloader
 
     @property
     def checkpoints(self) -> list:
@@ -386,7 +396,7 @@ class Trainer:
     def eval(self, eval_dataloader: Any = None) -> dict[str, float]:
         """Evaluate now on ``eval_dataloader`` (default: the trainer's), between
         EVAL_STANDALONE_START and EVAL_STANDALONE_END; returns the metrics as floats."""
-        dataloader = (distributed.shard_dataloader(eval_dataloader, "eval_dataloader", self.state.seed)
+        dataloader = (self._rank_share(eval_dataloader, "eval_dataloader", self.state.seed)
                       if eval_dataloader is not None else self.eval_dataloader)
         if dataloader is None:
             raise ValueError("eval() needs data: pass Trainer(eval_dataloader=...) or trainer.eval(dataloader)")
@@ -550,6 +560,7 @@ class Trainer:
             "eval_interval": str(self.eval_interval.time),
             "batch_size": getattr(state.dataloader, "batch_size", None),  # per rank under torchrun
             "world_size": distributed.get_world_size(),
+            "shard_dataloaders": self.shard_dataloaders,
             "trace": self.trace.level,
         }
 

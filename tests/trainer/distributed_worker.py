@@ -13,11 +13,12 @@ from pathlib import Path
 import torch
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.utils.data import DataLoader, IterableDataset
 
 from composer_lab import Trainer
 from composer_lab.algorithms import SelectiveBackprop
 
-from tests.trainer.helpers import tiny_loader, tiny_model
+from tests.trainer.helpers import tiny_data, tiny_loader, tiny_model
 
 BATCH = 4  # per rank: a step trains on 8 examples
 
@@ -43,6 +44,21 @@ def save(out: Path, name: str, rank: int, result: dict) -> None:
         pickle.dump(result, f)
 
 
+class RankStream(IterableDataset):
+    """The examples of ``tiny_loader(32)`` that a DistributedSampler gives rank r (r, r + 2, ...):
+    a stream that splits itself across the ranks."""
+
+    def __init__(self) -> None:
+        self.data = tiny_data(32)
+
+    def __len__(self) -> int:
+        return len(self.data) // torch.distributed.get_world_size()
+
+    def __iter__(self):
+        rank, world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
+        return (self.data[i] for i in range(rank, len(self.data), world_size))
+
+
 def main(out: Path, single_checkpoint: Path) -> None:
     plain = make_trainer(eval_dataloader=tiny_loader(16, BATCH), save_folder=out / "checkpoints")
     plain.fit()
@@ -65,6 +81,10 @@ def main(out: Path, single_checkpoint: Path) -> None:
     sb = make_trainer(algorithms=[SelectiveBackprop(start=0, end=1, keep=0.5, scale_factor=1, interrupt=0)])
     sb.fit()
     save(out, "sb", rank, record(sb))
+
+    presharded = make_trainer(train_dataloader=DataLoader(RankStream(), batch_size=BATCH), shard_dataloaders=False)
+    presharded.fit()
+    save(out, "presharded", rank, record(presharded))
 
     resumed = make_trainer(max_duration="2ep", load_path=single_checkpoint)
     resumed.fit()

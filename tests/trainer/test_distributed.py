@@ -120,7 +120,7 @@ class _Stream(IterableDataset):
 
 @pytest.mark.parametrize("loader,message", [
     ([(torch.zeros(2, 6), torch.zeros(2))], "can split only a torch DataLoader"),
-    (DataLoader(_Stream(), batch_size=2), "IterableDataset"),
+    (DataLoader(_Stream(), batch_size=2), r"IterableDataset.*Trainer\(shard_dataloaders=False\)"),
     (DataLoader(tiny_data(8), batch_sampler=[[0, 1], [2, 3]]), "custom batch_sampler"),
     (DataLoader(tiny_data(8), batch_size=2, sampler=WeightedRandomSampler([1.0] * 8, 8)), "WeightedRandomSampler"),
 ])
@@ -288,6 +288,17 @@ def test_rank_0_writes_a_checkpoint_a_single_process_loads(launched):
                           eval_dataloader=tiny_loader(16, 4), load_path=ranks[0]["checkpoints"][0])
     _assert_same_weights(loaded.state.model.state_dict(), ranks[0]["weights"], exact=True)
     assert loaded.state.timestamp.sample == 32
+
+
+@pytest.mark.slow
+def test_dataloaders_that_shard_themselves_are_used_as_given(launched):
+    """An IterableDataset that reads only its rank's examples, with shard_dataloaders=False,
+    trains exactly as the DistributedSampler split of the same data does."""
+    _, result = launched
+    for rank in (0, 1):
+        presharded, plain = result("presharded", rank), result("plain", rank)
+        _assert_same_weights(presharded["weights"], plain["weights"], exact=True)
+        assert presharded["timestamp"] == plain["timestamp"]
 
 
 @pytest.mark.slow
