@@ -492,9 +492,8 @@ class Trainer:
             "timestamp": state.timestamp.state_dict(),
             "rng": rng_state(),
             "generators": state.generator_states(),
-            "algorithms": [{"name": trace.label(a), "cls": type(a).__name__, "state": a.state_dict()}
-                           for a in state.algorithms],
-            "callbacks": [cb.state_dict() for cb in state.callbacks],
+            "algorithms": _named_states(state.algorithms, trace),
+            "callbacks": _named_states(state.callbacks, trace),
             "metrics": frame_to_bytes(self.metrics),
             "trace": {name: frame_to_bytes(getattr(trace, name)) for name in ("events", "invocations", "notes")},
             **({"rank_rng": rank_rng} if len(rank_rng) > 1 else {}),
@@ -523,8 +522,11 @@ class Trainer:
             elif algo.required_on_load():
                 raise CheckpointError(f"checkpoint {str(path)!r} has no state for {self.trace.label(algo)}, "
                                       f"which needs it to resume; resume with the algorithms the run used")
-        for cb, cb_state in zip(state.callbacks, ckpt.get("callbacks", [])):
-            cb.load_state_dict(cb_state)
+        saved = {entry["name"]: entry for entry in ckpt.get("callbacks", []) if "name" in entry and "state" in entry}
+        for cb in state.callbacks:  # by name, like the algorithms: the list may differ (no progress bar, say)
+            entry = saved.get(self.trace.label(cb))
+            if entry is not None:
+                cb.load_state_dict(entry["state"])
         state.timestamp = Timestamp.from_state_dict(ckpt["timestamp"])
         self.run_id = ckpt.get("run_id", self.run_id)
         random_state = distributed.rank_random_state(ckpt)
@@ -643,6 +645,12 @@ def _state_dict_mismatch(err: RuntimeError) -> str:
     lines = [line.strip().rstrip(".") for line in str(err).splitlines()[1:] if line.strip()]
     summary = "; ".join(lines[:3]) + ("; ..." if len(lines) > 3 else "")
     return summary if len(summary) < 600 else summary[:600] + " ..."
+
+
+def _named_states(objs: Sequence[Any], trace: Trace) -> list[dict[str, Any]]:
+    """The state of each algorithm or callback under its name in the trace ('LabelSmoothing',
+    'LabelSmoothing#2'), so a resumed run matches states by name, not by position."""
+    return [{"name": trace.label(obj), "cls": type(obj).__name__, "state": obj.state_dict()} for obj in objs]
 
 
 def _load_each(objects: list, states: list, name: str, path: Any) -> None:

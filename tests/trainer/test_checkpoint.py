@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 import torch
 
-from composer_lab import Event
+from composer_lab import Callback, Event
 from composer_lab.trainer import CheckpointError, load_checkpoint
 
 from tests.trainer.helpers import OnEvent, make_trainer, tiny_loader, tiny_model
@@ -64,6 +64,38 @@ def test_resume_restores_optimizer_state_and_notes_it(tmp_path):
     assert notes["kind"].tolist() == ["load"] and "batch 2" in notes["text"].iloc[0]
     assert resumed.resumed_from["trace"]["events"]["event"].astype(str).tolist()[:3] == ["init", "before_load",
                                                                                           "after_load"]
+
+
+class CountBatches(Callback):
+    """Counts the batches it saw; the count is checkpointed."""
+
+    def __init__(self) -> None:
+        self.batches = 0
+
+    def batch_end(self, state, logger) -> None:
+        self.batches += 1
+
+    def state_dict(self) -> dict:
+        return {"batches": self.batches}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.batches = state["batches"]
+
+
+class RefusesOthersState(Callback):
+    def load_state_dict(self, state: dict) -> None:
+        raise AssertionError(f"given another callback's state: {state}")
+
+
+def test_callback_state_is_restored_by_name_whatever_the_list(tmp_path):
+    """The resumed run's callbacks need not be the saving run's, in number or order (rank 0 alone
+    has a progress bar; a notebook turns it off): each gets its own state back."""
+    first = make_trainer(callbacks=[CountBatches()], save_folder=tmp_path, save_interval="2ba", max_duration="2ba",
+                         progress_bar=True)
+    first.fit()
+    counter = CountBatches()
+    make_trainer(callbacks=[RefusesOthersState(), counter], load_path=first.checkpoints[-1])
+    assert counter.batches == 2
 
 
 def test_save_interval_decides_the_files(tmp_path):
