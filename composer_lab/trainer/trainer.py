@@ -514,19 +514,15 @@ class Trainer:
         _load_each(state.schedulers, ckpt["schedulers"], "schedulers", path)
         if self.scaler is not None and ckpt.get("scaler"):
             self.scaler.load_state_dict(ckpt["scaler"])
-        saved = {entry["name"]: entry for entry in ckpt["algorithms"]}
-        for algo in state.algorithms:
-            entry = saved.get(self.trace.label(algo))
-            if entry is not None:
-                algo.load_state_dict(entry["state"])
+        for algo, saved in _saved_states(state.algorithms, ckpt["algorithms"], self.trace):
+            if saved is not None:
+                algo.load_state_dict(saved)
             elif algo.required_on_load():
                 raise CheckpointError(f"checkpoint {str(path)!r} has no state for {self.trace.label(algo)}, "
                                       f"which needs it to resume; resume with the algorithms the run used")
-        saved = {entry["name"]: entry for entry in ckpt.get("callbacks", []) if "name" in entry and "state" in entry}
-        for cb in state.callbacks:  # by name, like the algorithms: the list may differ (no progress bar, say)
-            entry = saved.get(self.trace.label(cb))
-            if entry is not None:
-                cb.load_state_dict(entry["state"])
+        for cb, saved in _saved_states(state.callbacks, ckpt.get("callbacks", []), self.trace):
+            if saved is not None:
+                cb.load_state_dict(saved)
         state.timestamp = Timestamp.from_state_dict(ckpt["timestamp"])
         self.run_id = ckpt.get("run_id", self.run_id)
         random_state = distributed.rank_random_state(ckpt)
@@ -651,6 +647,14 @@ def _named_states(objs: Sequence[Any], trace: Trace) -> list[dict[str, Any]]:
     """The state of each algorithm or callback under its name in the trace ('LabelSmoothing',
     'LabelSmoothing#2'), so a resumed run matches states by name, not by position."""
     return [{"name": trace.label(obj), "cls": type(obj).__name__, "state": obj.state_dict()} for obj in objs]
+
+
+def _saved_states(objs: Sequence[Any], entries: list, trace: Trace) -> list[tuple[Any, Optional[dict]]]:
+    """Each of ``objs`` with the state :func:`_named_states` saved under its name, or None (the
+    lists may differ: a resumed run without a progress bar, callbacks in another order).
+    Entries of the older positional format, without names, match nothing."""
+    saved = {entry["name"]: entry["state"] for entry in entries if "name" in entry and "state" in entry}
+    return [(obj, saved.get(trace.label(obj))) for obj in objs]
 
 
 def _load_each(objects: list, states: list, name: str, path: Any) -> None:
