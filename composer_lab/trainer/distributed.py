@@ -237,9 +237,9 @@ def shard_dataloader(dataloader: Any, name: str, seed: int = 0, rank: Optional[i
 
 
 def _check_shardable(dataloader: Any, name: str) -> None:
-    fix = f"or give {name} a DistributedSampler(dataset, num_replicas=WORLD_SIZE, rank=RANK) of your own"
     sharded = (f"or, if every rank's {name} already reads only that rank's share, pass "
                f"Trainer(shard_dataloaders=False)")
+    fix = f"or give {name} a DistributedSampler(dataset, num_replicas=WORLD_SIZE, rank=RANK) of your own, {sharded}"
     if not isinstance(dataloader, DataLoader):
         raise ValueError(f"{name} is a {type(dataloader).__name__}: under torchrun each rank must read its "
                          f"own shard of the data, and composer_lab can split only a torch DataLoader; pass a "
