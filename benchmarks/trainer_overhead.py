@@ -141,14 +141,18 @@ def main() -> None:
     batches = list(zip(x.split(64), y.split(64)))
     plain_loop(batches[:50]), trainer_fit(batches[:50])  # warm up both paths
     plain, fit, plain_steps, fit_steps, in_events = [], [], [], [], []
+
+    def run_plain() -> None:
+        elapsed, steps = plain_loop(batches)
+        plain.append(elapsed), plain_steps.extend(steps)
+
+    def run_fit() -> None:
+        elapsed, steps, inside = trainer_fit(batches)
+        fit.append(elapsed), fit_steps.extend(steps), in_events.extend(inside)
+
     for i in range(args.repeats):
-        for run in (plain_loop, trainer_fit) if i % 2 == 0 else (trainer_fit, plain_loop):
-            if run is plain_loop:
-                elapsed, steps = plain_loop(batches)
-                plain.append(elapsed), plain_steps.extend(steps)
-            else:
-                elapsed, steps, inside = trainer_fit(batches)
-                fit.append(elapsed), fit_steps.extend(steps), in_events.extend(inside)
+        for run in (run_plain, run_fit) if i % 2 == 0 else (run_fit, run_plain):
+            run()
     ratio = min(fit) / min(plain)
     step_ratio = p10(fit_steps) / p10(plain_steps)
     counted = (batches * (100 // len(batches) + 1))[:100]
