@@ -1,4 +1,5 @@
-"""The command line: ``composer-lab run`` trains a small experiment and writes a run folder.
+"""The command line: ``composer-lab run`` trains a small experiment and writes a run folder;
+``composer-lab check-notebooks`` validates notebooks as CI validates the bundled ones.
 
 With no options it trains a small CNN on scikit-learn's digits for 6 epochs with Selective
 Backprop and label smoothing (well under a minute on 2 CPU cores) and writes
@@ -43,6 +44,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--overwrite", action="store_true", help="replace an existing run folder of that name")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.add_argument("--no-plots", action="store_true", help="skip loss.png and timeline.png")
+    run.set_defaults(handler=run_command)
+    check = commands.add_parser("check-notebooks", help="validate executed notebooks with nbval and the "
+                                "shipped sanitize rules, on this CPU's kernels and on the scalar ones")
+    check.add_argument("paths", nargs="+", help="notebook files or folders")
+    check.add_argument("--kernels", default="native,default",
+                       help="comma-separated CPU kernel sets to validate on: native (this CPU's), or an "
+                            "ATEN_CPU_CAPABILITY value (default = scalar, avx2, avx512)")
+    check.set_defaults(handler=check_notebooks_command)
     return parser
 
 
@@ -128,12 +137,19 @@ def run_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def check_notebooks_command(args: argparse.Namespace) -> int:
+    """Validate the notebooks ``args.paths`` once per kernel set; pytest's exit code."""
+    from composer_lab.notebook_check import check_notebooks
+
+    return check_notebooks(args.paths, kernels=[k.strip() for k in args.kernels.split(",") if k.strip()])
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of ``composer-lab`` and ``python -m composer_lab``."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return run_command(args)
-    except (ValueError, TypeError, FileNotFoundError) as err:
+        return args.handler(args)
+    except (ValueError, TypeError, FileNotFoundError, ModuleNotFoundError) as err:
         print(f"composer-lab: error: {err}", file=sys.stderr)
         return 2
