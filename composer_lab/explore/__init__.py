@@ -1,0 +1,18 @@
+"""The explorer: does the order of the algorithms matter, where, and by how much?
+
+- :func:`orderings`: the distinct effective orders of a list of algorithms under the passes;
+- :func:`commutation`: which pairs commute at which events, checked on copies of a real State
+  (:func:`plot_commutation` draws the table); ``orderings(..., commutation=table)`` then merges
+  the orders that differ only by commuting neighbours;
+- :class:`Sweep`: every order x every seed, through any ``concurrent.futures``-style executor
+  (a local process pool by default, a Dask ``Client`` on a cluster), ranked with confidence
+  intervals and paired differences; runs saved as they end, resumable.
+"""
+
+from composer_lab.explore.commutation import commutation, plot_commutation
+from composer_lab.explore.executors import InlineExecutor, local_pool
+from composer_lab.explore.orderings import algorithm_names, order_label, orderings
+from composer_lab.explore.sweep import Sweep
+
+__all__ = ["orderings", "algorithm_names", "order_label", "commutation", "plot_commutation", "Sweep", "local_pool",
+           "InlineExecutor"]

@@ -1,0 +1,222 @@
+"""The commutation check: does the order of two algorithms at one event change what they leave?
+
+During a short real run, at every event where two or more algorithms match, each pair of them is
+applied in both orders to two deep copies of the live :class:`State` (the algorithms copied with
+it, the global random generators in the same state for both) and what each order leaves is
+compared: batch inputs and targets, outputs, loss, model parameters and buffers, optimizer state.
+The live run is not touched: it goes on as if nothing had been checked.
+
+On an after-event that FILO reverses (AFTER_LOSS closing BEFORE_LOSS), a pair that also ran at
+the opening event of the same step undoes its changes last-in-first-out: swapping the two in the
+list swaps both events together, so the opening event's comparison is the one that counts and
+the after-event is not compared on its own (from the state one list order built, the other
+order's undo would restore the wrong originals, an order the engine never runs).
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import types
+from typing import Any, Callable, Optional, Sequence
+
+import pandas as pd
+import torch
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+
+from composer_lab.core.algorithm import Algorithm
+from composer_lab.core.event import Event
+from composer_lab.core.logger import Logger
+from composer_lab.core.passes import is_filo_reversed
+from composer_lab.core.state import State
+from composer_lab.explore.orderings import algorithm_names, check_algorithms
+from composer_lab.explore.trials import check_trainer
+from composer_lab.trainer.rng import load_rng_state, rng_state
+
+__all__ = ["commutation", "plot_commutation", "FIELDS", "TOLERANCE"]
+
+FIELDS = ("inputs", "targets", "outputs", "loss", "model", "optimizer")
+"""What each order leaves that is compared."""
+TOLERANCE = 1e-5
+"""Largest absolute difference still counted as equal (float rounding of reordered arithmetic)."""
+COLUMNS = ["event", "first", "second", "field", "max_abs_diff", "points", "commutes"]
+
+
+def commutation(make_trainer: Callable[[list, int], Any], algorithms: Sequence[Algorithm], seed: int = 0,
+                batches: int = 8, tolerance: float = TOLERANCE) -> pd.DataFrame:
+    """Check every pair of ``algorithms`` that match at one event, over ``batches`` real batches.
+
+    ``make_trainer(algorithms, seed)`` builds the trainer (fresh copies of ``algorithms`` arrive);
+    it trains ``batches`` batches as a run of that length (so schedules such as Selective
+    Backprop's ``start``/``end`` fall inside it), from FIT_START on. One row per event, pair (in
+    the order the engine ran them) and field: the largest absolute difference over the points
+    checked, how many points, and ``commutes`` (``max_abs_diff <= tolerance``). A pair commutes
+    at an event when every field does; shapes that differ count as an infinite difference.
+    """
+    algorithms = check_algorithms(algorithms)
+    if isinstance(batches, bool) or not isinstance(batches, int) or batches < 1:
+        raise ValueError(f"batches is how many batches to train while checking, a positive int, got {batches!r}")
+    copies = copy.deepcopy(algorithms)
+    trainer = check_trainer(make_trainer(copies, seed), make_trainer)
+    probe = _Probe(trainer.state, dict(zip(map(id, copies), algorithm_names(copies))))
+    trainer.engine.register_pass(probe)  # last: it sees each event's final order, before anything is applied
+    try:
+        trainer.fit(f"{batches}ba")
+    finally:
+        trainer.engine.remove_pass(probe)
+        trainer.close()
+    table = probe.table(tolerance)
+    table.attrs["tolerance"] = tolerance
+    return table
+
+
+class _Probe:
+    """An algorithm pass that changes nothing: it compares each pair of the event's algorithms in
+    both orders on copies of the state, and records the differences."""
+
+    __name__ = "commutation_probe"
+
+    def __init__(self, state: State, names: dict[int, str]) -> None:
+        self.state = state
+        self.names = names
+        self.diffs: dict[tuple[str, str, str, str], list[float]] = {}
+        self._last: dict[Event, set[frozenset]] = {}  # the pairs that met at each event's last firing
+
+    def __call__(self, algorithms: Sequence[Algorithm], event: Event) -> Sequence[Algorithm]:
+        pairs = list(itertools.combinations(algorithms, 2))
+        self._last[event] = {frozenset((id(a), id(b))) for a, b in pairs}
+        if is_filo_reversed(event):
+            opened = self._last.get(_opening(event), set())
+            pairs = [(a, b) for a, b in pairs if frozenset((id(a), id(b))) not in opened]
+        for a, b in pairs:
+            for field, diff in compare_orders(self.state, event, a, b).items():
+                self.diffs.setdefault((event.value, self.names[id(a)], self.names[id(b)], field), []).append(diff)
+        return algorithms
+
+    def table(self, tolerance: float) -> pd.DataFrame:
+        rows = [(*key, max(diffs), len(diffs), max(diffs) <= tolerance) for key, diffs in self.diffs.items()]
+        return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _opening(event: Event) -> Optional[Event]:
+    """The before-event an after-event closes (AFTER_LOSS -> BEFORE_LOSS), if there is one."""
+    try:
+        return Event(event.value.replace("after_", "before_", 1))
+    except ValueError:
+        return None
+
+
+def compare_orders(state: State, event: Event, a: Algorithm, b: Algorithm) -> dict[str, float]:
+    """Apply ``a`` then ``b``, and ``b`` then ``a``, at ``event`` to two copies of ``state``, both
+    starting from the same random generators; the largest absolute difference of each field."""
+    saved = rng_state()
+    try:
+        left = _apply_in_order(state, event, (a, b))
+        load_rng_state(saved)
+        right = _apply_in_order(state, event, (b, a))
+    finally:
+        load_rng_state(saved)
+    return {field: _max_abs_diff(left[field], right[field]) for field in FIELDS}
+
+
+def _apply_in_order(state: State, event: Event, order: Sequence[Algorithm]) -> dict[str, Any]:
+    twin, memo = twin_state(state)
+    logger = Logger(twin)
+    for algorithm in order:
+        memo[id(algorithm)].apply(event, twin, logger)
+    return _fields(twin)
+
+
+def twin_state(state: State) -> tuple[State, dict[int, Any]]:
+    """A deep copy of ``state`` with its algorithms, and the copy memo (original id -> copy).
+
+    The dataloader and callbacks are shared, not copied (algorithms do not change them);
+    tensors in the autograd graph (outputs, loss) are copied detached; functions an algorithm
+    keeps that close over the state (a scoring forward) are rebuilt to close over the copy."""
+    memo: dict[int, Any] = {id(state.dataloader): state.dataloader, id(state.callbacks): state.callbacks}
+    for tensor in _tensors((state.batch, state.outputs, state.loss)) or []:
+        if tensor.grad_fn is not None:
+            memo[id(tensor)] = tensor.detach().clone().requires_grad_(True)
+    cells = _closures(state.algorithms, memo)
+    twin = copy.deepcopy(state, memo)
+    for old, new in cells:
+        new.cell_contents = copy.deepcopy(old.cell_contents, memo)
+    return twin, memo
+
+
+def _closures(algorithms: Sequence[Algorithm], memo: dict[int, Any]) -> list[tuple[Any, Any]]:
+    """Put a copy of each function with a closure that an algorithm keeps into ``memo``, its
+    cells empty; returns (old cell, new cell) pairs to fill once the state is copied."""
+    cells = []
+    for algorithm in algorithms:
+        for value in vars(algorithm).values():
+            if isinstance(value, types.FunctionType) and value.__closure__ and id(value) not in memo:
+                new_cells = tuple(types.CellType() for _ in value.__closure__)
+                memo[id(value)] = types.FunctionType(value.__code__, value.__globals__, value.__name__,
+                                                     value.__defaults__, new_cells)
+                cells.extend(zip(value.__closure__, new_cells))
+    return cells
+
+
+def _fields(state: State) -> dict[str, Any]:
+    """The tensors of each compared field."""
+    return {
+        "inputs": _batch_item(state, 0), "targets": _batch_item(state, 1),
+        "outputs": _tensors(state.outputs), "loss": _tensors(state.loss),
+        "model": list(state.model.state_dict().values()),
+        "optimizer": _tensors([o.state_dict()["state"] for o in state.optimizers]),
+    }
+
+
+def _batch_item(state: State, key: int) -> Optional[list[torch.Tensor]]:
+    try:
+        return _tensors(state.batch_get_item(key))
+    except (KeyError, IndexError, TypeError):
+        return None
+
+
+def _tensors(value: Any) -> Optional[list[torch.Tensor]]:
+    """The tensors in ``value`` (nested lists, tuples, dicts) in a fixed order; None if it holds none."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        value = [value[k] for k in sorted(value, key=str)]
+    if isinstance(value, (list, tuple)):
+        found = [t for item in value for t in (_tensors(item) or [])]
+        return found or None
+    return None
+
+
+def _max_abs_diff(left: Optional[list], right: Optional[list]) -> float:
+    """The largest absolute difference of two lists of tensors; inf when their shapes differ."""
+    if left is None or right is None:
+        return 0.0 if left is right else float("inf")
+    if len(left) != len(right) or any(x.shape != y.shape for x, y in zip(left, right)):
+        return float("inf")
+    diffs = [(x.detach().double() - y.detach().double()).abs().max().item() for x, y in zip(left, right) if x.numel()]
+    return max(diffs, default=0.0)
+
+
+def plot_commutation(table: pd.DataFrame) -> Figure:
+    """A heatmap of the table: one row per pair, one column per event; green where the pair
+    commutes, red where it does not (with the largest difference), blank where it never met."""
+    verdict = table.groupby(["first", "second", "event"], sort=False).agg(
+        commutes=("commutes", "all"), diff=("max_abs_diff", "max")).reset_index()
+    pairs = list(dict.fromkeys(f"{f} × {s}" for f, s in zip(verdict["first"], verdict["second"])))
+    events = [e.value for e in Event if e.value in set(verdict["event"])]
+    fig = Figure(figsize=(1.6 + 1.3 * max(len(events), 1), 0.9 + 0.45 * max(len(pairs), 1)))
+    ax = fig.add_subplot()
+    ax.set_xlim(-0.5, len(events) - 0.5)
+    ax.set_ylim(len(pairs) - 0.5, -0.5)
+    for _, row in verdict.iterrows():
+        x, y = events.index(row["event"]), pairs.index(f"{row['first']} × {row['second']}")
+        color = "#5cb85c" if row["commutes"] else "#d9534f"
+        ax.add_patch(Rectangle((x - 0.48, y - 0.48), 0.96, 0.96, color=color))
+        ax.text(x, y, "commutes" if row["commutes"] else f"Δ {row['diff']:.2g}", ha="center", va="center",
+                fontsize=8, color="white")
+    ax.set_xticks(range(len(events)), events, rotation=30, ha="right")
+    ax.set_yticks(range(len(pairs)), pairs)
+    ax.set_title(f"Do the pairs commute? (tolerance {table.attrs.get('tolerance', TOLERANCE):g})")
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,72 @@
+"""Where the runs of a sweep train: any object with ``submit(fn, *args)`` returning a future
+with ``result()`` (the ``concurrent.futures`` protocol, which a Dask ``distributed.Client``
+speaks too).
+
+:func:`local_pool` is the default: loky's process pool (it ships with joblib), which sends
+functions with cloudpickle, so a factory defined in a notebook cell reaches the workers;
+``concurrent.futures.ProcessPoolExecutor`` pickles functions by name and cannot send those.
+:class:`InlineExecutor` trains in this process, one run at a time (for debugging a factory).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import pickle
+from concurrent.futures import Executor, Future
+from typing import Any, Callable, Optional
+
+import cloudpickle
+
+__all__ = ["local_pool", "InlineExecutor", "check_sendable", "default_workers"]
+
+
+def default_workers() -> int:
+    """The cores this process may use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def local_pool(workers: Optional[int] = None) -> Executor:
+    """A pool of ``workers`` processes (default: one per core), each with one thread per library."""
+    from joblib.externals.loky import ProcessPoolExecutor
+
+    workers = default_workers() if workers is None else workers
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers is how many processes train at once, a positive int, got {workers!r}; "
+                         f"e.g. workers=2 (default: one per core)")
+    return ProcessPoolExecutor(max_workers=workers, env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+
+
+class InlineExecutor(Executor):
+    """Runs each submitted call at once, in this process; its future is already done."""
+
+    def submit(self, fn: Callable, /, *args: Any, **kwargs: Any) -> Future:
+        future: Future = Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as err:  # the future carries it, as a pool's would
+            future.set_exception(err)
+        return future
+
+
+_IN_PROCESS = (InlineExecutor, concurrent.futures.ThreadPoolExecutor)
+
+
+def check_sendable(executor: Any, **objects: Any) -> None:
+    """TypeError if ``executor`` runs calls in other processes and one of ``objects`` cannot be
+    sent there (cloudpickle, as loky and Dask send; plain pickle for the standard process pool)."""
+    if isinstance(executor, _IN_PROCESS):
+        return
+    by_name = type(executor) is concurrent.futures.ProcessPoolExecutor
+    for name, obj in objects.items():
+        try:
+            (pickle if by_name else cloudpickle).dumps(obj)
+        except Exception as err:
+            hint = ("concurrent.futures.ProcessPoolExecutor pickles functions by name, so a factory defined in a "
+                    "notebook cell cannot be sent: use the default executor (loky, which uses cloudpickle) or a "
+                    "Dask Client" if by_name else
+                    "build what cannot be pickled (open files, locks, generators, dataloader iterators, live "
+                    "trainers) inside the factory instead of referring to it from outside, or pass "
+                    "executor=InlineExecutor() to train in this process")
+            raise TypeError(f"{name} cannot be sent to a worker process ({type(err).__name__}: {err}); each run "
+                            f"trains in another process, which receives {name} pickled: {hint}") from None
