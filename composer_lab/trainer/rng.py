@@ -12,6 +12,10 @@ import torch
 
 __all__ = ["seed_all", "rng_state", "load_rng_state", "preserved_rng", "seed_epoch_shuffle"]
 
+_WORKER_SEEDS = 500_009
+"""Offset of the DataLoader generator's per-epoch seed from the sampler's, so the workers'
+seeds are not the shuffle's first draw."""
+
 
 def seed_all(seed: int) -> None:
     """Seed Python's, NumPy's and torch's (CPU and CUDA) global generators."""
@@ -54,9 +58,16 @@ def preserved_rng() -> Iterator[None]:
         load_rng_state(state)
 
 
-def seed_epoch_shuffle(dataloader: Any, seed: int, epoch: int) -> None:
-    """Make this epoch's shuffle order a function of (seed, epoch): reseed a RandomSampler's
-    generator, or call ``set_epoch`` on samplers that have it (DistributedSampler)."""
+def seed_epoch_shuffle(dataloader: Any, seed: int, epoch: int, rank: int = 0) -> None:
+    """Make this epoch's shuffle order a function of (seed, epoch) and its workers' seeds a
+    function of (seed, epoch, rank): reseed a RandomSampler's generator, or call ``set_epoch``
+    on samplers that have it (DistributedSampler), and reseed the DataLoader's own generator,
+    from which its iterator draws the workers' seeds (so workers that draw random numbers give
+    a resumed epoch the same data as an uninterrupted one)."""
+    if isinstance(dataloader, torch.utils.data.DataLoader):
+        if dataloader.generator is None:
+            dataloader.generator = torch.Generator()
+        dataloader.generator.manual_seed((seed + rank) * 1_000_003 + epoch + _WORKER_SEEDS)
     for sampler in (getattr(dataloader, "sampler", None),
                     getattr(getattr(dataloader, "batch_sampler", None), "sampler", None)):
         if isinstance(sampler, torch.utils.data.RandomSampler):

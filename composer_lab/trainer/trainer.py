@@ -11,11 +11,12 @@ from typing import Any, Callable, Optional, Sequence, Union
 
 import torch
 
-from composer_lab.core.algorithm import Algorithm
+from composer_lab.core.algorithm import Algorithm, describe
 from composer_lab.core.callback import Callback
 from composer_lab.core.engine import Engine
 from composer_lab.core.event import Event
 from composer_lab.core.logger import Logger
+from composer_lab.core.passes import pass_name
 from composer_lab.core.state import State
 from composer_lab.core.time import Time, Timestamp, TimeUnit, ensure_time
 from composer_lab.core.trace import Trace
@@ -128,6 +129,7 @@ class Trainer:
         self.eval_metrics = EvalMetrics()
         self.scaler = make_grad_scaler(precision, device)
         self.resumed_from: Optional[dict[str, Any]] = None
+        self._resumed_rng: Optional[dict[str, Any]] = None  # a checkpoint's random state, until the first batch
         self._batches: Optional[Any] = None  # this epoch's batch iterator (None: open it, past the batches trained)
         self._epoch_started = False  # EPOCH_START has fired for the epoch in progress
         self._in_flight: Any = None  # the batch taken from the dataloader and not yet applied
@@ -195,7 +197,7 @@ class Trainer:
         state, run = self.state, self.engine.run_event
         if duration is not None:
             state.max_duration = _extended(state.max_duration, state.timestamp, duration)
-        with self._guard:
+        with self._guard, self.engine.running():
             try:
                 run(Event.FIT_START)
                 self._throughput_mark = (state.timestamp.sample, time.perf_counter())
@@ -228,6 +230,7 @@ class Trainer:
     def _train_epoch(self) -> None:
         state, run = self.state, self.engine.run_event
         if not self._epoch_started and state.timestamp.batch_in_epoch == 0:
+            self._restore_resumed_rng()
             run(Event.EPOCH_START)
         self._epoch_started = True
         batches = self._epoch_batches()
@@ -278,12 +281,22 @@ class Trainer:
         if self._batches is None:
             state = self.state
             with preserved_rng():
-                seed_epoch_shuffle(state.dataloader, state.seed, state.timestamp.epoch)
+                seed_epoch_shuffle(state.dataloader, state.seed, state.timestamp.epoch, state.rank)
                 batches = iter(state.dataloader)
                 for _ in range(state.timestamp.batch_in_epoch):
                     next(batches, None)
             self._batches = batches
+            self._restore_resumed_rng()
         return self._batches
+
+    def _restore_resumed_rng(self) -> None:
+        """Give the generators the checkpoint's states, once, where the saving run went on from
+        them: before the first batch trained (after the skipped ones were read, and what
+        AFTER_LOAD and FIT_START drew), as Composer does."""
+        if self._resumed_rng is not None:
+            self.state.load_generator_states(self._resumed_rng["generators"])
+            load_rng_state(self._resumed_rng["rng"])
+            self._resumed_rng = None
 
     def _train_batch(self, samples: int) -> None:
         """Forward, loss and backward per microbatch, then the optimizer step."""
@@ -377,8 +390,8 @@ class Trainer:
         calls = None
         if self.trace.recording:
             calls = self.trace.invocations
-            calls = calls[(calls["seq"] >= self._batch_seq) & calls["changed"].str.contains(
-                r"\b(?:batch|outputs|loss)\b", na=False)]
+            calls = calls[(calls["seq"] >= self._batch_seq)
+                          & calls["changed"].map(lambda fields: bool({"batch", "outputs", "loss"} & set(fields)))]
         ts = self.state.timestamp
         self.trace.note("nonfinite", f"loss {value} at batch {ts.batch}; stopped before the optimizer step", ts)
         raise NonFiniteLossError(nonfinite_loss_message(value, ts, calls))
@@ -423,7 +436,7 @@ class Trainer:
         model.eval()
         seen = 0
         try:
-            with preserved_rng(), torch.no_grad():
+            with preserved_rng(), torch.no_grad(), self.engine.running():
                 for batch in dataloader:
                     state.batch = move_to_device(batch, state.device)
                     run(Event.EVAL_BATCH_START)
@@ -456,7 +469,7 @@ class Trainer:
         model.eval()
         run(Event.PREDICT_START)
         try:
-            with preserved_rng(), torch.no_grad():
+            with preserved_rng(), torch.no_grad(), self.engine.running():
                 for batch in dataloader:
                     state.batch = move_to_device(batch, state.device)
                     run(Event.PREDICT_BATCH_START)
@@ -486,6 +499,7 @@ class Trainer:
             "seed": state.seed,
             "max_duration": str(state.max_duration),
             "model": state.model.state_dict(),
+            "frozen": [name for name, p in state.model.named_parameters() if not p.requires_grad],
             "optimizers": [o.state_dict() for o in state.optimizers],
             "schedulers": [s.state_dict() for s in state.schedulers],
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
@@ -510,6 +524,9 @@ class Trainer:
             raise CheckpointError(f"checkpoint {str(path)!r} does not fit this model ({_state_dict_mismatch(err)}); "
                                   f"build the same model, with the same surgery algorithms, as the run that "
                                   f"wrote it") from None
+        for name, parameter in state.model.named_parameters():  # frozen by an algorithm such as LayerFreezing
+            if name in ckpt.get("frozen", ()):
+                parameter.requires_grad_(False)
         _load_each(state.optimizers, ckpt["optimizers"], "optimizers", path)
         _load_each(state.schedulers, ckpt["schedulers"], "schedulers", path)
         if self.scaler is not None and ckpt.get("scaler"):
@@ -525,11 +542,8 @@ class Trainer:
                 cb.load_state_dict(saved)
         state.timestamp = Timestamp.from_state_dict(ckpt["timestamp"])
         self.run_id = ckpt.get("run_id", self.run_id)
-        random_state = distributed.rank_random_state(ckpt)
-        if random_state is not None:
-            state.load_generator_states(random_state["generators"])
-            load_rng_state(random_state["rng"])
-        self.logger.load_metrics(frame_from_bytes(ckpt["metrics"]))
+        self._resumed_rng = distributed.rank_random_state(ckpt)  # restored where the run left off
+        self.logger.load_metrics(_unlogged(frame_from_bytes(ckpt["metrics"]), self.metrics))
         self.resumed_from = {"path": str(path),
                              "trace": {k: frame_from_bytes(v) for k, v in ckpt["trace"].items()}}
         ts = state.timestamp
@@ -549,8 +563,8 @@ class Trainer:
             "optimizers": [type(o).__name__ for o in state.optimizers],
             "lr": state.optimizers[0].param_groups[0]["lr"] if state.optimizers else None,
             "schedulers": [type(s).__name__ for s in state.schedulers],
-            "algorithms": [repr(a) for a in state.algorithms],
-            "passes": [getattr(p, "__name__", repr(p)) for p in self.engine.passes],
+            "algorithms": [describe(a) for a in state.algorithms],
+            "passes": [pass_name(p) for p in self.engine.passes],
             "device": str(state.device),
             "precision": state.precision,
             "device_train_microbatch_size": self.microbatch_size,
@@ -655,6 +669,16 @@ def _saved_states(objs: Sequence[Any], entries: list, trace: Trace) -> list[tupl
     Entries of the older positional format, without names, match nothing."""
     saved = {entry["name"]: entry["state"] for entry in entries if "name" in entry and "state" in entry}
     return [(obj, saved.get(trace.label(obj))) for obj in objs]
+
+
+def _unlogged(history: Any, logged: Any) -> Any:
+    """The rows of ``history`` (a checkpoint's metrics) at a (batch, epoch, phase, name) that
+    ``logged`` (this run's, before the load: INIT's) has not, so each is kept once however
+    often a run is resumed."""
+    keys = ["batch", "epoch", "phase", "name"]
+    seen = set(logged[keys].astype(object).itertuples(index=False, name=None))
+    fresh = [key not in seen for key in history[keys].astype(object).itertuples(index=False, name=None)]
+    return history[fresh]
 
 
 def _load_each(objects: list, states: list, name: str, path: Any) -> None:
