@@ -29,3 +29,24 @@ def make_trainer(algorithms: list, seed: int, batches: str = "6ba") -> Trainer:
     test = DataLoader(images(32, seed=1), batch_size=16)
     return Trainer(SmallCNN(in_channels=1, num_classes=4, width=4), train, batches, loss_fn=F.cross_entropy,
                    eval_dataloader=test, eval_interval=batches, algorithms=algorithms, seed=seed, progress_bar=False)
+
+
+def not_a_trainer(algorithms: list, seed: int) -> str:
+    return "a trainer"
+
+
+def failing_while(flag: str, algorithms: list, seed: int) -> Trainer:
+    """:func:`make_trainer`, but seed 1 fails while the file ``flag`` exists (a run that crashes)."""
+    import os
+
+    if seed == 1 and os.path.exists(flag):
+        raise RuntimeError("the worker crashed")
+    return make_trainer(algorithms, seed)
+
+
+def slow(delay: float, algorithms: list, seed: int) -> Trainer:
+    """:func:`make_trainer` that takes ``delay`` seconds longer to build (a run long enough to kill)."""
+    import time
+
+    time.sleep(delay)
+    return make_trainer(algorithms, seed)

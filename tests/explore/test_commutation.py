@@ -1,0 +1,64 @@
+"""The commutation check: the known cases, and the live run left as it was."""
+
+from __future__ import annotations
+
+import torch
+
+from composer_lab.algorithms import CutMix, CutOut, LabelSmoothing, MixUp, SelectiveBackprop
+from composer_lab.core import Event
+from composer_lab.explore import commutation, plot_commutation
+from composer_lab.explore.commutation import FIELDS, compare_orders
+from composer_lab.trainer.rng import rng_state
+from tests.explore.factories import make_trainer
+
+
+def _verdicts(table):
+    return table.groupby(["event", "first", "second"])["commutes"].all().to_dict()
+
+
+def test_two_label_smoothings_commute():
+    table = commutation(make_trainer, [LabelSmoothing(0.1), LabelSmoothing(0.3)], batches=2)
+    # Smoothing is affine in the targets; AFTER_LOSS mirrors BEFORE_LOSS (last in, first out).
+    assert _verdicts(table) == {("before_loss", "LabelSmoothing", "LabelSmoothing#2"): True}
+    assert set(table["field"]) == set(FIELDS)
+    targets = table[table["field"] == "targets"].iloc[0]
+    assert 0 < targets["max_abs_diff"] <= table.attrs["tolerance"] or targets["max_abs_diff"] == 0
+    assert targets["points"] == 2
+
+
+def test_cutout_and_selective_backprop_do_not_commute_after_the_dataloader():
+    table = commutation(make_trainer, [CutOut(), SelectiveBackprop(start=0.0, end=1.0, interrupt=0)], batches=2)
+    rows = table[table["event"] == "after_dataloader"].set_index("field")
+    assert not rows["commutes"].all()
+    assert rows.loc["inputs", "max_abs_diff"] > 0  # SB scores the cut images in one order, the originals in the other
+
+
+def test_mixup_and_cutmix_do_not_commute():
+    table = commutation(make_trainer, [MixUp(), CutMix()], batches=2)
+    verdict = table.groupby("event")["commutes"].all()
+    assert not verdict["after_dataloader"]
+
+
+def test_the_check_leaves_the_live_run_untouched():
+    cutout, sb = CutOut(), SelectiveBackprop(start=0.0, end=1.0, interrupt=0)
+    trainer = make_trainer([cutout, sb], 0, batches="2ba")
+    trainer.fit()
+    state = trainer.state
+    state.max_duration = "4ba"  # halfway: SB selects
+    weights = {k: v.clone() for k, v in state.model.state_dict().items()}  # BatchNorm running stats included
+    batch, rng = state.batch, rng_state()
+    generator = state.generator().get_state()
+    diffs = compare_orders(state, Event.AFTER_DATALOADER, cutout, sb)
+    assert diffs["inputs"] > 0
+    assert state.batch is batch
+    assert all(torch.equal(weights[k], v) for k, v in state.model.state_dict().items())
+    assert torch.equal(rng["torch"], torch.get_rng_state()) and torch.equal(generator, state.generator().get_state())
+
+
+def test_the_heatmap_has_a_row_per_pair_and_a_column_per_event():
+    table = commutation(make_trainer, [CutOut(), MixUp(), LabelSmoothing(), LabelSmoothing(0.2)], batches=2)
+    fig = plot_commutation(table)
+    ax = fig.axes[0]
+    pairs = {t.get_text() for t in ax.get_yticklabels()}
+    assert pairs == {f"{f} × {s}" for f, s in zip(table["first"], table["second"])}
+    assert {t.get_text() for t in ax.get_xticklabels()} == set(table["event"])

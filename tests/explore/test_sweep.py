@@ -1,0 +1,168 @@
+"""Sweeps in this process: results, ranking statistics, plots, diffs, resuming, refusals."""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from scipy import stats
+
+from composer_lab.algorithms import CutOut, LabelSmoothing, MixUp
+from composer_lab.explore import InlineExecutor, Sweep
+from composer_lab.explore.results import SweepFolder
+from tests.explore import factories
+from tests.explore.factories import failing_while, make_trainer, not_a_trainer
+
+METRIC = "metrics/eval/Accuracy"
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    """Two orders (CutOut and MixUp meet at AFTER_DATALOADER) x 3 seeds, trained once for the module."""
+    sweep = Sweep(make_trainer, [CutOut(), MixUp()], seeds=range(3), executor=InlineExecutor(),
+                  folder=tmp_path_factory.mktemp("sweep"))
+    sweep.run()
+    return sweep
+
+
+def test_every_order_and_seed_has_one_row(swept):
+    results = swept.results
+    assert list(zip(results["order"], results["seed"])) == [
+        (order, seed) for order in ("CutOut > MixUp", "MixUp > CutOut") for seed in range(3)]
+    assert {METRIC, "loss/train", "samples", "wall_time", "run_folder"} <= set(results.columns)
+    assert (results["samples"] == 48).all()
+    assert (swept.folder.path / "results.parquet").is_file()
+    assert sorted(p.name for p in (swept.folder.path / "runs").iterdir()) == sorted(
+        p.stem for p in (swept.folder.path / "rows").glob("*.json"))
+
+
+def test_ranking_statistics_follow_the_results(swept):
+    ranking, values = swept.ranking(), swept.results.pivot(index="seed", columns="order", values=METRIC)
+    assert set(ranking["order"]) == set(values.columns) and list(ranking["rank"]) == [1, 2]
+    assert ranking["mean"].is_monotonic_decreasing
+    for row in ranking.itertuples():
+        x = values[row.order]
+        assert row.n == 3 and row.mean == pytest.approx(x.mean()) and row.std == pytest.approx(x.std())
+        half = stats.t.ppf(0.975, 2) * x.std() / math.sqrt(3)
+        assert (row.ci_low, row.ci_high) == pytest.approx((x.mean() - half, x.mean() + half))
+        d = x - values["CutOut > MixUp"]
+        assert row.diff == pytest.approx(d.mean())
+        if d.std() > 0:
+            assert row.p_value == pytest.approx(stats.ttest_rel(x, values["CutOut > MixUp"]).pvalue)
+    base = ranking.set_index("order").loc["CutOut > MixUp"]
+    assert base["diff"] == 0 and math.isnan(base["p_value"])
+
+
+def test_plot_shows_every_order_with_intervals(swept):
+    fig = swept.plot()
+    means, diffs = fig.axes
+    assert [t.get_text() for t in means.get_yticklabels()] == list(swept.ranking()["order"])
+    assert diffs.get_title().startswith("paired difference")
+
+
+def test_diff_of_two_orders_at_one_seed_moves_the_swapped_pair(swept):
+    diff = swept.diff((0, 1), "MixUp > CutOut", seed=2)
+    moved = diff[diff["status"] == "moved"]
+    assert set(moved["name"]) == {"CutOut", "MixUp"} and set(moved["event"]) == {"after_dataloader"}
+
+
+def test_a_sweep_on_its_folder_trains_only_what_is_missing(swept):
+    rows_before = swept.folder.rows()
+    more = Sweep(make_trainer, [CutOut(), MixUp()], seeds=range(4), executor=InlineExecutor(),
+                 folder=swept.folder.path)
+    assert [(t.order, t.seed) for t in more.pending()] == [("CutOut > MixUp", 3), ("MixUp > CutOut", 3)]
+    trained = []
+    more.run(on_result=trained.append)
+    assert [(r["order"], r["seed"]) for r in trained] == [("CutOut > MixUp", 3), ("MixUp > CutOut", 3)]
+    rows_after = more.folder.rows()
+    assert all(rows_after[key] == row for key, row in rows_before.items())  # finished runs are not redone
+    assert len(more.results) == 8
+
+
+def test_a_crashed_run_loses_nothing_and_resumes(tmp_path):
+    flag = tmp_path / "crash"
+    flag.touch()
+    factory = functools.partial(failing_while, str(flag))
+    sweep = Sweep(factory, [LabelSmoothing()], seeds=range(3), executor=InlineExecutor(), folder=tmp_path / "s")
+    with pytest.raises(RuntimeError, match=r"the run of 'LabelSmoothing' with seed 1 failed \(RuntimeError: the "
+                                           r"worker crashed\); 2 of 3 runs finished and are saved in .*call run\(\) "
+                                           r"again"):
+        sweep.run()
+    assert [t.seed for t in sweep.pending()] == [1]  # (inline, seed 2 trained when submitted, after the crash)
+    flag.unlink()
+    assert list(Sweep(factory, [LabelSmoothing()], seeds=range(3), executor=InlineExecutor(),
+                      folder=tmp_path / "s").run()["seed"]) == [0, 1, 2]
+
+
+def test_stop_cancels_what_has_not_started_and_keeps_what_finished(tmp_path):
+    stop = threading.Event()
+    sweep = Sweep(make_trainer, [LabelSmoothing()], seeds=range(6), executor=ThreadPoolExecutor(1), folder=tmp_path)
+    results = sweep.run(on_result=lambda row: stop.set(), stop=stop)
+    assert 1 <= len(results) < 6
+    assert len(sweep.pending()) == 6 - len(results)
+
+
+def test_rows_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    folder = SweepFolder(tmp_path)
+    folder.claim({"algorithms": []})
+
+    def dump_half(data, file, **kwargs):
+        file.write('{"order": ')
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(json, "dump", dump_half)
+    with pytest.raises(KeyboardInterrupt):
+        folder.write_row("a__seed0", {"order": "a"})
+    assert folder.rows() == {} and list((tmp_path / "rows").iterdir()) == []
+
+
+# -- refusals --------------------------------------------------------------------------------
+def test_a_folder_of_another_experiment_is_refused(swept):
+    with pytest.raises(ValueError, match=r"holds results of another experiment \(its algorithms is \['CutOut\(.*"
+                                         r"results of different experiments are not mixed: choose a new folder"):
+        Sweep(make_trainer, [CutOut(), LabelSmoothing()], executor=InlineExecutor(), folder=swept.folder.path)
+    edited = {"factories": factories}  # the factory's cell edited: same name, other code
+    exec("def make_trainer(algorithms, seed):\n    return factories.make_trainer(algorithms, seed, '7ba')", edited)
+    with pytest.raises(ValueError, match=r"its factory_code is '[0-9a-f]+', this sweep's is '[0-9a-f]+'"):
+        Sweep(edited["make_trainer"], [CutOut(), MixUp()], executor=InlineExecutor(), folder=swept.folder.path)
+
+
+def test_a_metric_the_runs_do_not_record_is_named_with_those_they_do(tmp_path):
+    sweep = Sweep(make_trainer, [LabelSmoothing()], seeds=[0], metric="accuracy", executor=InlineExecutor(),
+                  folder=tmp_path)
+    with pytest.raises(ValueError, match=r"the runs do not record the metric 'accuracy'; they record \[.*"
+                                         r"'metrics/eval/Accuracy'.*\]: pass one of those as Sweep\(metric=...\)"):
+        sweep.run()
+    assert sweep.folder.rows() == {}
+
+
+def test_a_factory_that_returns_no_trainer_is_refused(tmp_path):
+    sweep = Sweep(not_a_trainer, [LabelSmoothing()], seeds=[0], executor=InlineExecutor(), folder=tmp_path)
+    with pytest.raises(TypeError, match=r"make_trainer \(not_a_trainer\) returned str, not a Trainer"):
+        sweep.run()
+
+
+def test_no_seeds_and_bad_orders_are_refused(tmp_path):
+    with pytest.raises(ValueError, match=r"no seeds: a sweep trains every order once per seed"):
+        Sweep(make_trainer, [LabelSmoothing()], seeds=[], folder=tmp_path)
+    with pytest.raises(TypeError, match=r"seeds must be a list of seeds, e.g. range\(5\), got int 5"):
+        Sweep(make_trainer, [LabelSmoothing()], seeds=5, folder=tmp_path)
+    with pytest.raises(ValueError, match=r"each order lists the positions of all 2 algorithms once"):
+        Sweep(make_trainer, [CutOut(), MixUp()], orders=[(0, 0)], folder=tmp_path)
+
+
+def test_the_same_instance_twice_is_refused(tmp_path):
+    cutout = CutOut()
+    with pytest.raises(ValueError, match=r"algorithms\[1\] is the same CutOut instance as algorithms\[0\]"):
+        Sweep(make_trainer, [cutout, cutout], folder=tmp_path)
+
+
+def test_a_factory_that_cannot_be_sent_to_a_worker_is_refused(tmp_path):
+    lock = threading.Lock()
+    with pytest.raises(TypeError, match=r"make_trainer cannot be sent to a worker process \(TypeError: cannot pickle "
+                                        r"'_thread.lock' object\); .* inside the factory"):
+        Sweep(lambda algorithms, seed: lock and make_trainer(algorithms, seed), [LabelSmoothing()], folder=tmp_path)
