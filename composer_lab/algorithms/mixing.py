@@ -1,25 +1,36 @@
-"""Mixing two examples per slot (MixUp, CutMix): the batch is combined with a permutation of
-itself at AFTER_DATALOADER, and the loss sees the matching mixed targets.
+"""Mixing two examples per slot (MixUp, CutMix): each example is combined with a partner drawn
+by a permutation of the batch, and trained towards the partner's target in proportion.
 
-The soft targets ``m * one_hot(y) + (1 - m) * one_hot(y[perm])`` make cross-entropy equal to
-the interpolated loss ``m * CE(out, y) + (1 - m) * CE(out, y[perm])``. Microbatches get the rows
-of the permuted targets that match them (the trainer splits batches in order).
+By default the mixing happens at AFTER_DATALOADER and the batch's targets become the mixed
+per-class values there, ``(1 - w) * values(y) + w * values(y[perm])`` (``w`` the partner's
+weight), so whatever runs later (Selective Backprop, RandomSubset, a user's row selection,
+the microbatch split, a second mixer) moves each example's target with it. Cross-entropy on
+these targets equals the interpolated loss ``(1 - w) * CE(out, y) + w * CE(out, y[perm])``.
+
+With ``interpolate_loss=True`` (Composer's argument) the targets stay as they are and the
+loss is interpolated instead, for losses that take class indices only: as in Composer, each
+microbatch is mixed at BEFORE_FORWARD and its loss interpolated at BEFORE_BACKWARD, so the
+partner targets never outlive the rows they belong to.
 """
 
 from __future__ import annotations
 
 from abc import abstractmethod
-from typing import ClassVar, Optional
+from collections.abc import Mapping
+from typing import Any, Callable, ClassVar, NamedTuple, Optional, Sequence
 
 import torch
 from scipy.special import betaincinv
+from torch.func import functional_call
 
-from composer_lab.algorithms.soft_targets import SoftTargetAlgorithm, one_hot
+from composer_lab.algorithms.soft_targets import class_values, outputs_shape_for
+from composer_lab.algorithms.validation import check_positive
+from composer_lab.core.algorithm import Algorithm
 from composer_lab.core.event import Event
 from composer_lab.core.logger import Logger
 from composer_lab.core.state import State
 
-__all__ = ["sample_beta", "random_permutation", "MixingAlgorithm"]
+__all__ = ["sample_beta", "random_permutation", "mix_values", "mixed_targets", "Mix", "MixingAlgorithm"]
 
 
 def check_alpha(alpha: float) -> float:
@@ -32,7 +43,7 @@ def check_alpha(alpha: float) -> float:
 
 
 def sample_beta(alpha: float, generator: Optional[torch.Generator] = None) -> float:
-    """One draw of Beta(alpha, alpha) from a CPU ``generator`` (inverse CDF of a uniform)."""
+    """One draw of Beta(alpha, alpha) from a CPU ``generator`` (inverse CDF of one uniform)."""
     uniform = torch.rand((), generator=generator).item()
     return float(betaincinv(alpha, alpha, uniform))
 
@@ -42,40 +53,133 @@ def random_permutation(n: int, device: torch.device, generator: Optional[torch.G
     return torch.randperm(n, generator=generator).to(device, non_blocking=True)
 
 
-class MixingAlgorithm(SoftTargetAlgorithm):
-    """Mixes the batch at AFTER_DATALOADER (:meth:`mix`) and gives the loss mixed targets."""
+def mix_values(values: torch.Tensor, indices: torch.Tensor, weight: float) -> torch.Tensor:
+    """``(1 - weight) * values + weight * values[indices]``: each row moved towards its partner's."""
+    return torch.lerp(values, values[indices], weight)
 
-    interpolates_loss: ClassVar[bool] = True
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._permuted: Optional[torch.Tensor] = None
-        self._mixing = 1.0
-        self._row = 0
+def mixed_targets(targets: torch.Tensor, mix: Mix, outputs_shape: Callable[[], Sequence[int]]) -> torch.Tensor:
+    """``targets`` as per-class values, each row moved towards its partner's by ``mix.weight``;
+    ``outputs_shape()`` (the model's outputs' shape, which tells the targets' form) is asked
+    only here, so algorithms that need no class values never compute it."""
+    return mix_values(class_values(targets, outputs_shape()), mix.indices, mix.weight)
 
-    events = frozenset({Event.AFTER_DATALOADER, Event.BEFORE_LOSS, Event.AFTER_LOSS})
+
+class Mix(NamedTuple):
+    """One mixing draw: the mixed inputs, each row's partner, the partner's weight in the
+    target, and the pasted box ``(top, bottom, left, right)`` for CutMix (None for MixUp)."""
+
+    inputs: torch.Tensor
+    indices: torch.Tensor
+    weight: float
+    box: Optional[tuple[int, int, int, int]] = None
+
+
+def _to_meta(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.to("meta")
+    if isinstance(value, Mapping):
+        return {key: _to_meta(item) for key, item in value.items()}
+    if isinstance(value, (tuple, list)):
+        return type(value)(_to_meta(item) for item in value)
+    return value
+
+
+def model_outputs_shape(state: State) -> torch.Size:
+    """The shape of the model's outputs on ``state.batch``, from a forward on the meta device:
+    shapes only, so no data is read, no memory used, no random number drawn and no buffer
+    (BatchNorm statistics) changed."""
+    model = state.model
+    tensors = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    meta = {name: tensor.to("meta") for name, tensor in tensors.items()}
+    batch = _to_meta(state.batch)
+    args = (batch,) if state.loss_fn is None else (_to_meta(state.batch_get_item(0)),)
+    outputs = functional_call(model, meta, args)
+    if not isinstance(outputs, torch.Tensor):
+        raise TypeError(f"the model returned {type(outputs).__name__}, not a tensor of class scores")
+    return outputs.shape
+
+
+class MixingAlgorithm(Algorithm):
+    """Mixes the batch (:meth:`mix`) and trains towards the partners' targets in proportion.
+
+    Args:
+        interpolate_loss: interpolate the loss rather than the targets (Composer's argument).
+        num_classes: the number of classes, to turn class-index targets into per-class values;
+            None reads it from the model's output shape (a shape-only forward, once per input
+            shape).
+    """
+
+    mixes_examples: ClassVar[bool] = True
+
+    def __init__(self, interpolate_loss: bool = False, num_classes: Optional[int] = None) -> None:
+        if not isinstance(interpolate_loss, bool):
+            raise TypeError(f"interpolate_loss must be True or False, got {type(interpolate_loss).__name__} "
+                            f"{interpolate_loss!r}")
+        self.interpolate_loss = interpolate_loss
+        self.num_classes = None if num_classes is None else check_positive("num_classes", num_classes, integer=True)
+        self.events = frozenset({Event.BEFORE_FORWARD, Event.BEFORE_BACKWARD} if interpolate_loss
+                                else {Event.AFTER_DATALOADER})
+        self._shapes: dict[tuple, tuple[int, ...]] = {}
+        self._partner: Optional[tuple[torch.Tensor, float]] = None
 
     def match(self, event: Event, state: State) -> bool:
-        return event is Event.AFTER_DATALOADER or super().match(event, state)
+        return event in self.events and (event is not Event.BEFORE_BACKWARD or self._partner is not None)
 
     def apply(self, event: Event, state: State, logger: Logger) -> Optional[int]:
-        if event is Event.AFTER_DATALOADER:
-            inputs, targets = state.batch_get_item(0), state.batch_get_item(1)
-            mixed, self._permuted, self._mixing = self.mix(inputs, targets, state.generator("cpu"))
-            self._row = 0
-            state.batch_set_item(0, mixed)
+        if event is Event.BEFORE_BACKWARD:
+            state.loss = self.interpolated_loss(state)
             return None
-        return super().apply(event, state, logger)
+        inputs, targets = state.batch_get_item(0), state.batch_get_item(1)
+        mix = self.mix(inputs, state.generator("cpu"))
+        if self.interpolate_loss:
+            self._partner = (targets[mix.indices], mix.weight)
+            state.batch_set_item(0, mix.inputs)
+        else:
+            mixed_targets = self.mix_targets(targets, mix, lambda: self.outputs_shape(state, targets))
+            state.batch_set_item(0, mix.inputs)
+            state.batch_set_item(1, mixed_targets)
+        return None
 
-    def soften(self, targets: torch.Tensor, num_classes: int) -> Optional[torch.Tensor]:
-        if self._permuted is None:
-            return None
-        rows = slice(self._row, self._row + targets.shape[0])
-        self._row = rows.stop
-        soft = one_hot(targets, num_classes).mul_(self._mixing)
-        return soft.add_(one_hot(self._permuted[rows], num_classes), alpha=1.0 - self._mixing)
+    def mix_targets(self, targets: torch.Tensor, mix: Mix, outputs_shape: Callable[[], Sequence[int]]) -> torch.Tensor:
+        """The targets of the mixed rows (:func:`mixed_targets`)."""
+        return mixed_targets(targets, mix, outputs_shape)
+
+    def outputs_shape(self, state: State, targets: torch.Tensor) -> tuple[int, ...]:
+        """The outputs' shape that says the targets' form: from ``num_classes``, else from the
+        model (a shape-only forward, remembered per model and input shape)."""
+        if self.num_classes is not None:
+            return outputs_shape_for(targets, self.num_classes)
+        inputs = state.batch_get_item(0)
+        key = (id(state.model), tuple(inputs.shape[1:]))
+        if key not in self._shapes:
+            try:
+                self._shapes[key] = tuple(model_outputs_shape(state)[1:])
+            except Exception as err:  # any failure of the user's forward on meta tensors
+                raise ValueError(f"{type(self).__name__} could not read the number of classes from the model's "
+                                 f"output shape ({type(err).__name__}: {err}); pass "
+                                 f"{type(self).__name__}(num_classes=...)") from err
+        return (inputs.shape[0], *self._shapes[key])
+
+    def interpolated_loss(self, state: State) -> torch.Tensor:
+        """``(1 - w) * loss(targets) + w * loss(partner targets)`` for this microbatch."""
+        partner, weight = self._partner
+        self._partner = None
+        if partner.shape[0] != state.batch_get_item(1).shape[0]:
+            raise ValueError(f"{type(self).__name__} mixed {partner.shape[0]} rows at BEFORE_FORWARD but the loss "
+                             f"saw {state.batch_get_item(1).shape[0]}: an algorithm changed the rows in between; "
+                             f"select rows at AFTER_DATALOADER instead")
+        with state.precision_context():
+            if state.loss_fn is not None:
+                partner_loss = state.loss_fn(state.outputs, partner)
+            else:
+                original = state.batch
+                state.batch_set_item(1, partner)
+                partner_loss = state.model.loss(state.outputs, state.batch)
+                state.batch = original
+        return torch.lerp(state.loss, partner_loss, weight)
 
     @abstractmethod
-    def mix(self, inputs: torch.Tensor, targets: torch.Tensor,
-            generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, float]:
-        """The mixed inputs, the permuted targets and the weight of the original examples."""
+    def mix(self, inputs: torch.Tensor, generator: torch.Generator) -> Mix:
+        """Draw the partners and mix ``inputs``."""
+

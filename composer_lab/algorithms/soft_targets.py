@@ -1,58 +1,66 @@
-"""Soft targets: algorithms that hand the loss class-probability targets for one loss call.
+"""Target forms: class indices or per-class values, told apart by the shape of the outputs.
 
-At BEFORE_LOSS the targets of the (micro)batch are replaced by soft targets of shape
-(N, classes), ``classes`` read from the outputs; at AFTER_LOSS the originals come back, so
-metrics and later algorithms see the dataloader's targets. The loss must accept class
-probabilities as targets (``torch.nn.functional.cross_entropy`` does).
+Composer's rule (``composer.loss.utils.infer_target_type``): targets with the outputs' shape
+hold per-class values (probabilities, smoothed or one-hot rows, integer one-hot included);
+targets with one dimension fewer hold class indices, the class dimension being dimension 1
+of the outputs: ``(N,)`` for outputs ``(N, C)``, ``(N, H, W)`` for segmentation outputs
+``(N, C, H, W)``. Anything else is refused, never guessed.
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Sequence
 
 import torch
 
-from composer_lab.core.algorithm import Algorithm
-from composer_lab.core.event import Event
-from composer_lab.core.logger import Logger
-from composer_lab.core.state import State
-
-__all__ = ["one_hot", "SoftTargetAlgorithm"]
+__all__ = ["class_values", "outputs_shape_for"]
 
 
-def one_hot(target: torch.Tensor, num_classes: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """Class indices (N,) as one-hot rows (N, num_classes); soft targets pass through."""
+def _shape(shape: Sequence[int]) -> tuple[int, ...]:
+    return tuple(int(s) for s in shape)
+
+
+def class_values(target: torch.Tensor, outputs_shape: Sequence[int],
+                 dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """``target`` as per-class values of ``outputs_shape`` (class dimension 1): a new tensor of
+    ``dtype``, free to change in place.
+
+    Class indices become one-hot; per-class values are copied. ValueError when the target
+    fits neither form, or holds fractional class indices.
+    """
+    shape, target_shape = _shape(outputs_shape), _shape(target.shape)
+    if len(shape) < 2:
+        raise ValueError(f"per-class targets need class scores of shape (N, C, ...) from the model, got outputs "
+                         f"of shape {shape}; make the model return one score per class")
+    if target_shape == shape:
+        return target.to(dtype, copy=True)
+    if target_shape == (shape[0], *shape[2:]):
+        if target.is_floating_point() or target.is_complex():
+            raise ValueError(f"targets of shape {target_shape} for outputs {shape} are class indices, which must "
+                             f"be integers, got {target.dtype}; convert them with target.long(), or give "
+                             f"per-class values of shape {shape}")
+        return torch.nn.functional.one_hot(target.long(), shape[1]).movedim(-1, 1).to(dtype)
+    raise ValueError(f"cannot tell the form of targets of shape {target_shape} for outputs of shape {shape}: give "
+                     f"class indices of shape {(shape[0], *shape[2:])} or per-class values of shape {shape} "
+                     f"(the class dimension is dimension 1, as in Composer)")
+
+
+def outputs_shape_for(target: torch.Tensor, num_classes: int) -> tuple[int, ...]:
+    """The outputs shape ``target`` implies with ``num_classes`` classes: its own shape for
+    floating-point per-class values, ``(N, num_classes, ...)`` for integer class indices.
+
+    ValueError for an integer target whose dimension 1 is ``num_classes`` long: integer
+    one-hot rows and that many class indices per example look alike, so the form is asked for.
+    """
+    shape = _shape(target.shape)
     if target.is_floating_point():
-        if target.dim() < 1 or target.shape[-1] != num_classes:
-            raise ValueError(f"soft targets must have {num_classes} classes in their last dimension, got shape "
-                             f"{tuple(target.shape)}")
-        return target.to(dtype)
-    return torch.nn.functional.one_hot(target.long(), num_classes).to(dtype)
-
-
-class SoftTargetAlgorithm(Algorithm):
-    """Swaps in :meth:`soften`'s targets at BEFORE_LOSS and restores them at AFTER_LOSS."""
-
-    def __init__(self) -> None:
-        self._original: Optional[Any] = None
-
-    events = frozenset({Event.BEFORE_LOSS, Event.AFTER_LOSS})
-
-    def match(self, event: Event, state: State) -> bool:
-        return event is Event.BEFORE_LOSS or (event is Event.AFTER_LOSS and self._original is not None)
-
-    def apply(self, event: Event, state: State, logger: Logger) -> Optional[int]:
-        if event is Event.BEFORE_LOSS:
-            targets = state.batch_get_item(1)
-            soft = self.soften(targets, state.outputs.shape[-1])
-            if soft is not None:
-                self._original = targets
-                state.batch_set_item(1, soft)
-        elif event is Event.AFTER_LOSS:
-            state.batch_set_item(1, self._original)
-            self._original = None
-        return None
-
-    def soften(self, targets: torch.Tensor, num_classes: int) -> Optional[torch.Tensor]:
-        """The soft targets for these (micro)batch targets, or None to leave them."""
-        raise NotImplementedError
+        if len(shape) < 2 or shape[1] != num_classes:
+            raise ValueError(f"floating-point targets are per-class values and need {num_classes} classes in "
+                             f"dimension 1, got shape {shape}; give class indices as integers, or values of "
+                             f"shape (N, {num_classes}, ...)")
+        return shape
+    if len(shape) >= 2 and shape[1] == num_classes:
+        raise ValueError(f"integer targets of shape {shape} with num_classes={num_classes} may be one-hot rows or "
+                         f"{num_classes} class indices per example; give one-hot rows as floats "
+                         f"(target.float()), or leave num_classes unset so the model's output shape decides")
+    return (shape[0], num_classes, *shape[1:])
