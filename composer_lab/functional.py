@@ -2,7 +2,7 @@
 
 from composer_lab.algorithms.blurpool import apply_blurpool
 from composer_lab.algorithms.channels_last import apply_channels_last
-from composer_lab.algorithms.cutmix import cutmix_batch
+from composer_lab.algorithms.cutmix import cutmix, cutmix_batch
 from composer_lab.algorithms.cutout import cutout_batch
 from composer_lab.algorithms.ema import compute_ema
 from composer_lab.algorithms.fused_layernorm import apply_fused_layernorm
@@ -18,7 +18,7 @@ from composer_lab.algorithms.selective_backprop import select_using_loss, should
 
 __all__ = [
     "apply_blurpool", "apply_channels_last", "apply_fused_layernorm", "apply_gated_linear_units",
-    "apply_gradient_clipping", "compute_ema", "cutmix_batch", "cutout_batch", "freeze_layers", "mixup_batch",
+    "apply_gradient_clipping", "compute_ema", "cutmix", "cutmix_batch", "cutout_batch", "freeze_layers", "mixup_batch",
     "randaugment", "randaugment_image", "resize_batch", "select_random_subset", "select_using_loss",
     "should_selective_backprop", "smooth_labels",
 ]
