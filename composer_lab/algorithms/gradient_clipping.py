@@ -20,10 +20,12 @@ _AGC_EPS = 1e-3
 
 
 def _unitwise_norm(t: torch.Tensor) -> torch.Tensor:
-    """The norm of each output unit (dim 0) of a weight, or of the whole tensor for 0-D / 1-D."""
+    """The L2 norm of each output unit (dim 0) over all its other dimensions, broadcastable
+    against ``t`` (a convolution's (out, in, kH, kW) gives (out, 1, 1, 1)); the whole tensor's
+    norm for 0-D / 1-D tensors (biases, gains), as in Brock et al. (2021)."""
     if t.dim() <= 1:
-        return t.norm()
-    return t.norm(dim=tuple(range(1, t.dim())), keepdim=True)
+        return torch.linalg.vector_norm(t)
+    return torch.linalg.vector_norm(t, dim=tuple(range(1, t.dim())), keepdim=True)
 
 
 def _clip_adaptive(parameters: list[torch.Tensor], threshold: float) -> None:
