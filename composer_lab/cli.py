@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -52,6 +53,22 @@ def build_parser() -> argparse.ArgumentParser:
                        help="comma-separated CPU kernel sets to validate on: native (this CPU's), or an "
                             "ATEN_CPU_CAPABILITY value (default = scalar, avx2, avx512)")
     check.set_defaults(handler=check_notebooks_command)
+    sweep = commands.add_parser("sweep", help="train every distinct order of some algorithms with several seeds "
+                                "and rank the orders", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    sweep.add_argument("--algorithms", default="cutout,label_smoothing,selective_backprop",
+                       help="comma-separated snake_case names, in the order the first row of the ranking uses")
+    sweep.add_argument("--seeds", type=int, default=5, help="how many seeds (0, 1, ...) each order trains with")
+    sweep.add_argument("--workers", type=int, default=None, help="local worker processes (default: one per core)")
+    sweep.add_argument("--scheduler", default=None, help="a Dask scheduler's address: train there instead")
+    sweep.add_argument("--data", default="digits", choices=["digits", "synthetic"])
+    sweep.add_argument("--model", default="cnn", choices=["cnn", "mlp"])
+    sweep.add_argument("--epochs", type=int, default=3)
+    sweep.add_argument("--batch-size", type=int, default=64)
+    sweep.add_argument("--lr", type=float, default=0.05, help="SGD learning rate (momentum 0.9)")
+    sweep.add_argument("--metric", default="metrics/eval/Accuracy", help="the final metric ranked")
+    sweep.add_argument("--folder", default=None, help="the sweep folder (default: sweeps/<start time>); "
+                       "run again on it to resume")
+    sweep.set_defaults(handler=sweep_command)
     return parser
 
 
@@ -142,6 +159,66 @@ def check_notebooks_command(args: argparse.Namespace) -> int:
     from composer_lab.notebook_check import check_notebooks
 
     return check_notebooks(args.paths, kernels=[k.strip() for k in args.kernels.split(",") if k.strip()])
+
+
+@dataclass(frozen=True)
+class SweepExperiment:
+    """The ``sweep`` command's factory ``(algorithms, seed) -> Trainer``: a module-level class, so
+    worker processes import it by name."""
+
+    data: str = "digits"
+    model: str = "cnn"
+    epochs: int = 3
+    batch_size: int = 64
+    lr: float = 0.05
+
+    def __call__(self, algorithms: list, seed: int) -> Any:
+        from composer_lab.data import DATASETS
+        from composer_lab.trainer import Trainer
+        from composer_lab.trainer.rng import seed_all
+
+        seed_all(seed)
+        train, evaluation = DATASETS[self.data](batch_size=self.batch_size)
+        model = _build_model(self.model, train.dataset[0][0], int(train.dataset.tensors[1].max()) + 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=self.lr, momentum=0.9, weight_decay=5e-4)
+        return Trainer(model, train, f"{self.epochs}ep", loss_fn=torch.nn.functional.cross_entropy,
+                       optimizers=optimizer, eval_dataloader=evaluation, algorithms=algorithms, seed=seed,
+                       progress_bar=False, run_name=f"seed{seed}")
+
+
+def sweep_command(args: argparse.Namespace) -> int:
+    """Check which pairs commute, sweep the orders that can differ, write the sweep folder
+    (results.parquet, ranking.csv, ranking.png, commutation.parquet), print the ranking."""
+    from composer_lab.explore import Sweep, commutation, local_pool, orderings
+
+    algorithms = parse_algorithms(args.algorithms, fixed_input_size=args.model == "mlp")
+    experiment = SweepExperiment(args.data, args.model, args.epochs, args.batch_size, args.lr)
+    table = commutation(experiment, algorithms)
+    orders = orderings(algorithms, commutation=table)
+    executor = _dask_client(args.scheduler) if args.scheduler else local_pool(args.workers)
+    try:
+        sweep = Sweep(experiment, algorithms, seeds=range(args.seeds), metric=args.metric, orders=orders,
+                      executor=executor, folder=args.folder or time.strftime("sweeps/sweep-%Y%m%d-%H%M%S"))
+        table.to_parquet(sweep.folder.path / "commutation.parquet", index=False)
+        print(f"{len(orders)} distinct orders x {args.seeds} seeds, {len(sweep.pending())} runs to train "
+              f"in {sweep.folder.path}")
+        sweep.run(on_result=lambda row: print(f"  {row['order']}  seed {row['seed']}: {row.get(args.metric)}"))
+    finally:
+        executor.close() if args.scheduler else executor.shutdown()  # (a Client closes, a pool shuts down)
+    ranking = sweep.ranking()
+    ranking.to_csv(sweep.folder.path / "ranking.csv", index=False)
+    sweep.plot().savefig(sweep.folder.path / "ranking.png", dpi=100)
+    print(ranking.to_string(index=False))
+    return 0
+
+
+def _dask_client(address: str) -> Any:
+    try:
+        from distributed import Client
+    except ModuleNotFoundError:
+        raise ModuleNotFoundError("composer-lab sweep --scheduler needs Dask: pip install 'composer_lab[dask]'") \
+            from None
+    return Client(address)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
