@@ -182,5 +182,5 @@ class SelectiveBackprop(BatchSelection):
         with state.precision_context():
             losses = score_examples(inputs, targets, self._forward, self._loss, state.model, self.scale_factor)
         index = select_by_loss_rank(losses, count, self.keep, state.generator(inputs.device))
-        losses = losses.detach()
+        losses = losses.detach().float()  # integer losses (error counts) have no mean of their own dtype
         return index, {"sb/loss_kept": losses[index].mean(), "sb/loss_all": losses.mean()}

@@ -260,3 +260,19 @@ def test_algorithm_scoring_leaves_batchnorm_untouched(images):
     before = model.bn.running_mean.clone()
     engine.run_event(Event.AFTER_DATALOADER)
     assert torch.equal(model.bn.running_mean, before) and int(model.bn.num_batches_tracked) == 0
+
+
+def test_integer_per_example_losses_are_selected_and_logged_as_means(images):
+    def errors(outputs, targets, reduction="mean"):  # 0/1 per example: an integer loss
+        wrong = (outputs.argmax(1) != targets).long()
+        return wrong if reduction == "none" else wrong.float().mean()
+
+    model = nn.Sequential(nn.Flatten(), nn.Linear(3 * 8 * 8, 4))
+    state, engine = make_state(model, images, [SelectiveBackprop(start=0.0, interrupt=0, scale_factor=1)],
+                               loss_fn=errors)
+    wrong = errors(model(images[0]), images[1], reduction="none").float()
+    engine.run_event(Event.AFTER_DATALOADER)
+    metrics = engine.logger.metrics.set_index("name").value
+    assert state.batch[0].shape[0] == 8
+    assert metrics["sb/loss_all"] == pytest.approx(wrong.mean().item())
+    assert 0 <= metrics["sb/loss_kept"] <= 1
