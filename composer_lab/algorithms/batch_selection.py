@@ -94,15 +94,11 @@ class BatchSelection(Algorithm):
 
     events = frozenset({Event.INIT, Event.AFTER_DATALOADER})
 
-    def match(self, event: Event, state: State) -> bool:
-        return event is Event.AFTER_DATALOADER or event is Event.INIT
-
     def apply(self, event: Event, state: State, logger: Logger) -> Optional[int]:
         if event is Event.INIT:
             self.attach(state)
             return None
-        if not should_selective_backprop(state.get_elapsed_duration(), state.timestamp.batch_in_epoch,
-                                         self.start, self.end, self.interrupt):
+        if not self.active(event, state):
             logger.log_metrics({self._ratio_key: 1.0})
             return None
         inputs, targets = state.batch_get_item(0), state.batch_get_item(1)
@@ -112,6 +108,12 @@ class BatchSelection(Algorithm):
         state.batch = prune_batch(state.batch, index, batch_size)
         logger.log_metrics({self._ratio_key: count / batch_size, **metrics})
         return None
+
+    def active(self, event: Event, state: State) -> bool:
+        """Selects only on the scheduled batches; ``match`` is True on the others too, so that
+        their keep ratio of 1.0 is logged."""
+        return event is Event.INIT or should_selective_backprop(
+            state.get_elapsed_duration(), state.timestamp.batch_in_epoch, self.start, self.end, self.interrupt)
 
     def attach(self, state: State) -> None:
         """Runs at INIT: check what the selection needs from the state."""

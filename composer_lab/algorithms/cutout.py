@@ -55,9 +55,6 @@ class CutOut(Algorithm):
 
     events = frozenset({Event.AFTER_DATALOADER})
 
-    def match(self, event: Event, state: State) -> bool:
-        return event is Event.AFTER_DATALOADER
-
     def apply(self, event: Event, state: State, logger: Logger) -> Optional[int]:
         inputs = state.batch_get_item(0)
         state.batch_set_item(0, cutout_batch(inputs, self.num_holes, self.length, state.generator(inputs.device)))

@@ -81,9 +81,6 @@ class EMA(Algorithm):
 
     events = frozenset({Event.FIT_START, Event.BATCH_END, Event.EVAL_BEFORE_ALL, Event.EVAL_AFTER_ALL})
 
-    def match(self, event: Event, state: State) -> bool:
-        return event in (Event.FIT_START, Event.BATCH_END, Event.EVAL_BEFORE_ALL, Event.EVAL_AFTER_ALL)
-
     def apply(self, event: Event, state: State, logger: Logger) -> Optional[int]:
         if event is Event.FIT_START:
             self._start(state)

@@ -72,9 +72,6 @@ class GradientClipping(Algorithm):
 
     events = frozenset({Event.AFTER_TRAIN_BATCH})
 
-    def match(self, event: Event, state: State) -> bool:
-        return event is Event.AFTER_TRAIN_BATCH
-
     def apply(self, event: Event, state: State, logger: Logger) -> Optional[int]:
         apply_gradient_clipping(state.model, self.clipping_type, self.clipping_threshold)
         return None

@@ -60,9 +60,6 @@ class LayerFreezing(Algorithm):
 
     events = frozenset({Event.EPOCH_END})
 
-    def match(self, event: Event, state: State) -> bool:
-        return event is Event.EPOCH_END
-
     def apply(self, event: Event, state: State, logger: Logger) -> Optional[int]:
         count, fraction = freeze_layers(state.model, state.get_elapsed_duration(), self.freeze_start,
                                         self.freeze_level)

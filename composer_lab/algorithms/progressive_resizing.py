@@ -92,9 +92,6 @@ class ProgressiveResizing(Algorithm):
 
     events = frozenset({Event.AFTER_DATALOADER})
 
-    def match(self, event: Event, state: State) -> bool:
-        return event is Event.AFTER_DATALOADER
-
     def apply(self, event: Event, state: State, logger: Logger) -> Optional[int]:
         scale = scale_schedule(state.get_elapsed_duration(), self.initial_scale, self.delay_fraction,
                                self.finetune_fraction)

@@ -117,9 +117,6 @@ class RandAugment(Algorithm):
 
     events = frozenset({Event.INIT})
 
-    def match(self, event: Event, state: State) -> bool:
-        return event is Event.INIT
-
     def apply(self, event: Event, state: State, logger: Logger) -> Optional[int]:
         dataset = getattr(state.dataloader, "dataset", None)
         if dataset is None or not hasattr(dataset, "transform"):

@@ -24,9 +24,6 @@ class SurgeryAlgorithm(Algorithm):
 
     events = frozenset({Event.INIT})
 
-    def match(self, event: Event, state: State) -> bool:
-        return event is Event.INIT
-
     def apply(self, event: Event, state: State, logger: Logger) -> Optional[int]:
         self.replaced = self.operate(state.model, state.optimizers)
         logger.log_metrics({f"{type(self).__name__}/num_replaced": float(len(self.replaced))})

@@ -1,8 +1,10 @@
-"""The base class of every speed-up method: ``match`` says when, ``apply`` changes the State."""
+"""The base class of every speed-up method: ``events`` and ``match`` say when, ``apply`` changes the State."""
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
+from enum import Enum
 from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
 if TYPE_CHECKING:
@@ -10,32 +12,41 @@ if TYPE_CHECKING:
     from composer_lab.core.logger import Logger
     from composer_lab.core.state import State
 
-__all__ = ["Algorithm"]
+__all__ = ["Algorithm", "listens", "hyperparameters", "describe"]
+
+_JSON_SCALARS = (bool, int, float, str)
+
+
+def listens(algorithm: Algorithm, event: Event) -> bool:
+    """Whether ``algorithm`` declares ``event`` (``events`` None: every event)."""
+    return algorithm.events is None or event in algorithm.events
 
 
 class Algorithm(ABC):
     """A method that runs at chosen events and changes the trainer's :class:`State` in place.
 
-    Subclasses implement :meth:`match` (should it run now?) and :meth:`apply` (run it).
-    The class attributes below tell the default passes how to order an algorithm without
-    the core importing any concrete algorithm:
+    Subclasses declare the events they act at in ``events`` and implement :meth:`apply`; they
+    override :meth:`match` only for a condition beyond the event, and :meth:`active` for a
+    schedule that ``apply`` itself follows. The class attributes below tell the default passes
+    how to order an algorithm without the core importing any concrete algorithm:
 
     - ``selects_batch``: it prunes the batch (Selective Backprop): run before anything else
       touches the batch (``sort_selective_backprop_first``);
     - ``fuses_layernorm``: it swaps in fused LayerNorms: run after algorithms that add
       LayerNorms (``sort_fused_layernorm_last``);
-    - ``interpolates_loss``: it mixes examples and their losses (MixUp, CutMix); two at once
-      get a warning (``warn_if_multiple_loss_interpolation``).
+    - ``mixes_examples``: it mixes examples (MixUp, CutMix); two at one event get a warning
+      (``warn_if_multiple_mixers``). Composer's ``interpolate_loss`` is an instance attribute
+      of MixUp and CutMix, read by ``warn_if_multiple_loss_interpolation``.
     """
 
     events: Optional[frozenset] = None
-    """The events at which ``match`` can say yes, or None for any. Set it (on the class, or per
-    instance in ``__init__``) and the engine asks ``match`` only at those events: most
-    algorithms sit out most events, and not asking is the cheapest way to hear no."""
+    """The events at which the algorithm acts, or None for any. Set it (on the class, or per
+    instance in ``__init__``): the engine asks ``match`` only at those events (most algorithms
+    sit out most events, and not asking is the cheapest way to hear no)."""
 
     selects_batch: ClassVar[bool] = False
     fuses_layernorm: ClassVar[bool] = False
-    interpolates_loss: ClassVar[bool] = False
+    mixes_examples: ClassVar[bool] = False
 
     @property
     def find_unused_parameters(self) -> bool:
@@ -54,15 +65,22 @@ class Algorithm(ABC):
         return False
 
     def state_dict(self) -> dict[str, Any]:
-        """What a checkpoint stores of this algorithm."""
-        return {"repr": repr(self)}
+        """What a checkpoint stores of this algorithm: its class and hyperparameters, as data."""
+        return describe(self)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore from :meth:`state_dict`; stateless algorithms have nothing to restore."""
 
-    @abstractmethod
     def match(self, event: Event, state: State) -> bool:
-        """Whether the algorithm should run at ``event`` given ``state``."""
+        """Whether the algorithm should run at ``event`` given ``state``: at its declared
+        ``events``. Override only for a condition the event alone does not tell."""
+        return listens(self, event)
+
+    def active(self, event: Event, state: State) -> bool:
+        """Whether ``apply`` does its work at ``event`` now: :meth:`match`, unless a schedule
+        ``apply`` follows lets some matched events through untouched (Selective Backprop off its
+        interval). The order preview draws a matched but inactive algorithm dashed."""
+        return self.match(event, state)
 
     @abstractmethod
     def apply(self, event: Event, state: State, logger: Logger) -> Optional[int]:
@@ -71,3 +89,22 @@ class Algorithm(ABC):
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
         return f"{type(self).__name__}({params})"
+
+
+def hyperparameters(algorithm: Algorithm) -> dict[str, Any]:
+    """The hyperparameters of ``algorithm``: its constructor's arguments that are plain scalar
+    (JSON) attributes of the instance (``SelectiveBackprop``: start, end, keep, ...)."""
+    try:
+        params = inspect.signature(type(algorithm)).parameters
+    except (TypeError, ValueError):
+        return {}
+    return {name: getattr(algorithm, name) for name in params
+            if isinstance(getattr(algorithm, name, None), _JSON_SCALARS)}
+
+
+def describe(algorithm: Algorithm) -> dict[str, Any]:
+    """``{'class': name, 'hparams': {...}}``: what a run's config and a checkpoint keep of an
+    algorithm, as JSON data (plots read the schedule back from it)."""
+    hparams = {name: value.value if isinstance(value, Enum) else value  # an Event as its name: plain JSON
+               for name, value in hyperparameters(algorithm).items()}
+    return {"class": type(algorithm).__name__, "hparams": hparams}

@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from composer_lab.core.logger import Logger
     from composer_lab.core.state import State
 
-__all__ = ["Callback"]
+__all__ = ["Callback", "listened_events"]
 
 
 class Callback:
@@ -20,27 +20,29 @@ class Callback:
     Callbacks run after the algorithms of an event (before them on ``INIT``) and, unlike
     algorithms, are not reordered by passes. The engine calls only the methods a subclass
     overrides, so an unused event costs nothing and leaves no row in the trace.
+
+    The public names are the event methods and the lifecycle ones, as in Composer:
+    :meth:`run_event`, :meth:`state_dict`, :meth:`load_state_dict`, :meth:`close`,
+    :meth:`post_close`; any other name is free for a subclass.
     """
 
     def run_event(self, event: Event, state: State, logger: Logger) -> None:
         """Dispatch ``event`` to the method of the same name."""
         getattr(self, event.value)(state, logger)
 
-    def events(self) -> frozenset[Event]:
-        """The events this callback does something on."""
-        cls = type(self)
-        if cls.run_event is not Callback.run_event:
-            return frozenset(Event)
-        return frozenset(e for e in Event if getattr(cls, e.value) is not getattr(Callback, e.value))
-
     def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint stores of this callback."""
         return {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore from :meth:`state_dict`."""
 
-    def close(self) -> None:
-        """Release resources (files, progress bars) at the end of the run."""
+    def close(self, state: State, logger: Logger) -> None:
+        """Release resources (files, progress bars); :meth:`Engine.close` calls it once, at the
+        trainer's close or at interpreter exit."""
+
+    def post_close(self) -> None:
+        """Runs after every callback's :meth:`close` (Composer's order: close all, then post-close)."""
 
 
 def _noop(self: Callback, state: State, logger: Logger) -> None:
@@ -49,3 +51,11 @@ def _noop(self: Callback, state: State, logger: Logger) -> None:
 
 for _event in Event:
     setattr(Callback, _event.value, _noop)
+
+
+def listened_events(callback: Callback) -> frozenset[Event]:
+    """The events ``callback`` acts on: all of them if it overrides :meth:`Callback.run_event`,
+    otherwise those whose method it overrides (on its class or as an instance attribute)."""
+    if type(callback).run_event is not Callback.run_event:
+        return frozenset(Event)
+    return frozenset(e for e in Event if getattr(getattr(callback, e.value), "__func__", None) is not _noop)

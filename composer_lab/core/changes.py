@@ -9,12 +9,18 @@ until a module or parameter is registered anywhere (PyTorch's global registratio
 This runs around every algorithm and callback call, so it is written for speed: after a call,
 the usual answer (nothing changed) is checked first, with one pass over the versions of the
 batch, outputs, loss and parameters and no snapshot built.
+
+Those hooks are PyTorch's process-wide ones, so they are installed only inside
+:func:`torch_hooks` (the engine's :meth:`~composer_lab.core.engine.Engine.running`, entered by
+the trainer around fit, eval and predict) and removed after it; importing composer_lab installs
+nothing. Outside it the watcher takes a full snapshot for every call: slower, equally right.
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from operator import attrgetter
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import torch
 from torch.optim import optimizer as _optimizer_hooks
@@ -22,14 +28,16 @@ from torch.nn.modules import module as _module_hooks
 
 from composer_lab.core.event import Event
 
-__all__ = ["TRACKED_FIELDS", "FieldWatcher"]
+__all__ = ["TRACKED_FIELDS", "FieldWatcher", "torch_hooks"]
 
 TRACKED_FIELDS = ("batch", "outputs", "loss", "model", "optimizers")
 
 _Tensor = torch.Tensor
 _version, _requires_grad = attrgetter("_version"), attrgetter("requires_grad")
 _structure_version = 0  # bumped when a module or parameter is registered anywhere
-_hooks = 0  # bumped by that and by every optimizer step: what a snapshot cannot see by identity
+_hooks = 0  # bumped by that, by every optimizer step, and when hooks come or go
+_handles: list = []  # the installed hooks' handles, while some engine runs (else empty)
+_users = 0  # how many torch_hooks() contexts are open (eval runs inside fit)
 
 
 def _on_registration(*args: Any) -> None:
@@ -43,9 +51,27 @@ def _on_optimizer_step(*args: Any) -> None:
     _hooks += 1
 
 
-_module_hooks.register_module_module_registration_hook(_on_registration)
-_module_hooks.register_module_parameter_registration_hook(_on_registration)
-_optimizer_hooks.register_optimizer_step_post_hook(_on_optimizer_step)
+@contextmanager
+def torch_hooks() -> Iterator[None]:
+    """PyTorch's global module/parameter registration and optimizer-step hooks, installed for
+    the duration (nested uses share one installation) and removed when the last one exits."""
+    global _users, _hooks, _structure_version
+    if _users == 0:
+        _structure_version += 1  # modules registered while no hook listened: walk models again
+        _handles[:] = [_module_hooks.register_module_module_registration_hook(_on_registration),
+                       _module_hooks.register_module_parameter_registration_hook(_on_registration),
+                       _optimizer_hooks.register_optimizer_step_post_hook(_on_optimizer_step)]
+    _users += 1
+    _hooks += 1  # a snapshot taken without hooks is not reused under them
+    try:
+        yield
+    finally:
+        _users -= 1
+        _hooks += 1
+        if _users == 0:
+            for handle in _handles:
+                handle.remove()
+            _handles.clear()
 
 # Events after which code outside the engine may have changed the model or optimizers in
 # place (a loaded checkpoint, a user's cell between two fits): never reuse a snapshot there.
@@ -199,7 +225,7 @@ class FieldWatcher:
         s = self.state
         model, optimizers = s.model, s.optimizers
         walk = self._walk
-        if model is not self._model or walk[0] != _structure_version:
+        if model is not self._model or walk[0] != _structure_version or not _users:
             walk = self._walk_model(model)
         params = walk[2]
         snap = self._last = _Snapshot(s, walk, tuple(map(_version, params)), sum(map(_requires_grad, params)),
@@ -213,7 +239,7 @@ class FieldWatcher:
         only through ``optimizer.step()`` (seen by PyTorch's optimizer-step hook). Elsewhere
         (after a boundary event, or after any hook fired) a full snapshot is taken."""
         last = self._last
-        if last is None or last.hooks != _hooks or event in _BOUNDARY_EVENTS:
+        if last is None or last.hooks != _hooks or not _users or event in _BOUNDARY_EVENTS:
             self.snapshot()
             return
         s = self.state
@@ -226,19 +252,19 @@ class FieldWatcher:
         """Take the next snapshot in full (after a call raised, say)."""
         self._last = None
 
-    def changed(self) -> str:
-        """The tracked fields replaced or mutated since the last snapshot, comma-separated ('' if
-        none); the state now becomes the last snapshot, to compare the next call with. The usual
+    def changed(self) -> tuple[str, ...]:
+        """The tracked fields replaced or mutated since the last snapshot, in the order of
+        ``TRACKED_FIELDS`` (empty if none); the state now becomes the last snapshot, to compare the next call with. The usual
         answer (nothing changed) is checked first, without building a snapshot."""
         s, before = self.state, self._last
         # (plain `is` tests: Python specialises these attribute reads; a C-level getter is slower)
         if (s.batch is before.batch and s.outputs is before.outputs and s.loss is before.loss
                 and s.model is before.model and s.optimizers is before.optimizers
-                and before.tensors is not None and before.hooks == _hooks
+                and before.tensors is not None and before.hooks == _hooks and _users
                 and tuple(map(_version, before.tensors)) == before.versions
                 and sum(map(_requires_grad, before.walk[2])) == before.trainable
                 and _learning_rates(s.optimizers) == before.lrs):
-            return ""
+            return ()
         after = self.snapshot()
         old, new = before.fields(), after.fields()
         names = [name for name, b, a, sb, sa in zip(TRACKED_FIELDS, old, new, before.data_signatures(),
@@ -247,4 +273,4 @@ class FieldWatcher:
             names.append("model")
         if old[4] is not new[4] or before.lrs != after.lrs:
             names.append("optimizers")
-        return ",".join(names)
+        return tuple(names)

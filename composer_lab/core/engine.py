@@ -4,26 +4,38 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import Any, Callable, Optional, Sequence, Union
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, NamedTuple, Optional, Sequence, Union
 
-from composer_lab.core.algorithm import Algorithm
-from composer_lab.core.callback import Callback
-from composer_lab.core.changes import FieldWatcher
+from composer_lab.core.algorithm import Algorithm, listens
+from composer_lab.core.callback import Callback, listened_events
+from composer_lab.core.changes import FieldWatcher, torch_hooks
 from composer_lab.core.event import _PHASE, Event
 from composer_lab.core.logger import Logger
-from composer_lab.core.passes import DEFAULT_PASSES, AlgorithmPass
+from composer_lab.core.passes import DEFAULT_PASSES, ORDER_ONLY_PASSES, AlgorithmPass, pass_name
 from composer_lab.core.state import State
-from composer_lab.core.trace import Trace
+from composer_lab.core.trace import EventRecord, InvocationRecord, Trace
 
-__all__ = ["Engine"]
+__all__ = ["Engine", "AlgorithmTrace", "Traces"]
 
 PassSpec = Union[AlgorithmPass, tuple, Sequence[Any]]
 _now = time.perf_counter
 _INIT = Event.INIT
+_record = tuple.__new__  # builds a trace record from a tuple at half the cost of calling its class
 
 
-def _pass_name(p: Callable) -> str:
-    return getattr(p, "__name__", type(p).__name__)
+class AlgorithmTrace(NamedTuple):
+    """One algorithm's run at one event, as Composer's ``Trace``: its exit code (what ``apply``
+    returned) and its position after the passes."""
+
+    exit_code: Any
+    order: int
+    run: bool = True
+
+
+Traces = dict[str, AlgorithmTrace]
+"""What :meth:`Engine.run_event` returns: ``'<name>/<event>'`` (``'CutMix/after_dataloader'``)
+to the :class:`AlgorithmTrace` of each algorithm that ran, in run order."""
 
 
 class Engine:
@@ -34,7 +46,12 @@ class Engine:
     ``INIT``, callbacks first). ``algorithm_passes`` adds passes to the default ones and
     accepts ``f``, ``[f]``, ``(f, index)`` or ``[(f, index), g]``. The pass list may change
     between any two events (:meth:`register_pass`, :attr:`passes`); the change holds from the
-    next event on. ``plan(event)`` gives the order without applying anything.
+    next event on. ``plan(event)`` gives the order without applying anything, through the same
+    code as ``run_event``.
+
+    Lifecycle: the trainer enters :meth:`running` around fit, eval and predict (it installs
+    what change detection needs for the run and removes it after) and calls :meth:`close` once
+    at the end, which closes every callback; a closed engine runs no more events.
     """
 
     def __init__(self, state: State, logger: Optional[Logger] = None,
@@ -49,6 +66,7 @@ class Engine:
         self._listed_names: tuple[str, ...] = ()
         self._listening: dict[Event, list] = {}
         self._watcher = FieldWatcher(state)
+        self._closed = False
         self.event: Optional[Event] = None
         """The event being run, or the last one run."""
         for p, index in _pass_specs(algorithm_passes):
@@ -79,15 +97,15 @@ class Engine:
 
     def remove_pass(self, algorithm_pass: Union[AlgorithmPass, str]) -> None:
         """Remove a pass, given as the function or its name."""
-        keep = [p for p in self._passes if p is not algorithm_pass and _pass_name(p) != algorithm_pass]
+        keep = [p for p in self._passes if p is not algorithm_pass and pass_name(p) != algorithm_pass]
         if len(keep) == len(self._passes):
             raise ValueError(f"no pass {algorithm_pass!r} to remove; the engine's passes are "
-                             f"{[_pass_name(p) for p in self._passes]}: give one of those names or the function")
+                             f"{[pass_name(p) for p in self._passes]}: give one of those names or the function")
         self._set_passes(keep)
 
     def _set_passes(self, passes: list) -> None:
         # One assignment each: an event in flight keeps the list it started with.
-        self._passes_keep_singletons = all(p in DEFAULT_PASSES for p in passes)
+        self._passes_keep_singletons = all(p in ORDER_ONLY_PASSES for p in passes)
         self._passes = passes
 
     # -- ordering -----------------------------------------------------------------------------
@@ -106,31 +124,48 @@ class Engine:
         its name and the order after it (``assume_matched``: as in :meth:`plan`)."""
         event = Event(event)
         algorithms = self.state.algorithms if algorithms is None else algorithms
-        order = list(algorithms) if assume_matched else [
-            a for a in algorithms if (a.events is None or event in a.events) and a.match(event, self.state)]
-        steps = [("match", order)]
-        for p in self._passes:
-            order = list(_checked_result(p, p(order, event)))
-            steps.append((_pass_name(p), order))
+        matched = list(algorithms) if assume_matched else [
+            a for a in algorithms if listens(a, event) and a.match(event, self.state)]
+        steps = [("match", matched)]
+        self._order(matched, event, steps)
         return steps
 
-    def _order(self, matched: list, event: Event) -> Sequence[Algorithm]:
+    def _order(self, matched: Sequence[Algorithm], event: Event,
+               steps: Optional[list] = None) -> Sequence[Algorithm]:
+        """``matched`` through the passes (each result appended to ``steps`` if given): the one
+        way both the run and the plan order an event, also when nothing matched (a pass may
+        add an algorithm)."""
         for p in self._passes:
             matched = _checked_result(p, p(matched, event))
+            if steps is not None:
+                steps.append((pass_name(p), list(matched)))
         return matched
+
+    @contextmanager
+    def running(self) -> Iterator["Engine"]:
+        """Install, for the duration, what change detection needs (PyTorch's process-wide module,
+        parameter and optimizer-step hooks) and remove it after. The trainer enters it around
+        fit, eval and predict; events run outside it are traced all the same, more slowly."""
+        with torch_hooks():
+            yield self
 
     # -- running ------------------------------------------------------------------------------
     # The hot path: written flat, with no allocation or call an event does not need (it runs
     # about 13 times per training step); rows go straight into the trace's lists.
-    def run_event(self, event: Union[Event, str]) -> None:
-        """Run the algorithms and callbacks of ``event`` and record them in the trace."""
+    def run_event(self, event: Union[Event, str]) -> Traces:
+        """Run the algorithms and callbacks of ``event``, record them in the trace, and return
+        the :data:`Traces` of the algorithms that ran."""
         if type(event) is not Event:
             event = Event(event)
+        if self._closed:
+            raise RuntimeError(f"the engine was closed, so it cannot run {event.value}; build a new Trainer "
+                               f"(or Engine) to train again")
         state, trace = self.state, self.trace
         self.event = event
         self.logger.phase = _PHASE[event]
         trace.seq = seq = trace.seq + 1
         asked = None  # the algorithms asked here, when the trace keeps the ones that said no
+        traces: Traces = {}
         t0 = _now()
         try:
             if event is _INIT:
@@ -145,25 +180,28 @@ class Engine:
                         matched.append(algorithm)
                 if len(matched) < len(algorithms) and trace.records_unmatched:
                     asked = self._listed_names
+                if len(matched) > 1 or not self._passes_keep_singletons:
+                    matched = self._order(matched, event)  # (order-only passes cannot change 0 or 1)
                 if matched:
-                    if len(matched) > 1 or not self._passes_keep_singletons:
-                        matched = self._order(matched, event)  # (one algorithm under default passes stays one)
-                    self._invoke_all(matched, "algorithm", "apply", event, seq)
+                    codes = self._invoke_all(matched, "algorithm", "apply", event, seq)
+                    label, value = trace.label, event._value_
+                    for order, (algorithm, code) in enumerate(zip(matched, codes)):
+                        traces[f"{label(algorithm)}/{value}"] = AlgorithmTrace(code, order)
             if state.callbacks and event is not _INIT:
                 self._run_callbacks(event, seq)
         finally:
             if trace.recording:
                 ts = state.timestamp
-                trace.event_rows.append((seq, event._value_, ts.epoch, ts.batch, ts.batch_in_epoch, state.microbatch,
-                                         t0, _now(), asked))
+                trace.event_rows.append(_record(EventRecord, (
+                    seq, event._value_, ts.epoch, ts.batch, ts.batch_in_epoch, state.microbatch, t0, _now(), asked)))
+        return traces
 
     def _list_algorithms(self, algorithms: list) -> None:
         """Note a new or edited algorithms list: name its instances in list order ('LabelSmoothing',
         'LabelSmoothing#2'), not run order, and keep, for each event, the algorithms whose
         ``events`` admit it (the only ones asked ``match`` there)."""
         self._listed_names = tuple([self.trace.label(algo) for algo in algorithms])
-        self._listening = {event: [a for a in algorithms if a.events is None or event in a.events]
-                           for event in Event}
+        self._listening = {event: [a for a in algorithms if listens(a, event)] for event in Event}
         self._listed, self._listed_version = algorithms, algorithms.version
 
     def _run_callbacks(self, event: Event, seq: int) -> None:
@@ -174,19 +212,17 @@ class Engine:
     def _events_of(self, cb: Callback) -> frozenset:
         entry = self._callback_events.get(id(cb))
         if entry is None or entry[0] is not cb:
-            entry = self._callback_events[id(cb)] = (cb, cb.events())
+            entry = self._callback_events[id(cb)] = (cb, listened_events(cb))
         return entry[1]
 
-    def _invoke_all(self, objs: Sequence[Any], kind: str, method: str, event: Event, seq: int) -> None:
-        """Call ``method`` of each of ``objs`` in order; with the trace on, record each with its
-        duration, exit code, error and the State fields it changed (the watcher compares each
-        call with the state the previous one left)."""
+    def _invoke_all(self, objs: Sequence[Any], kind: str, method: str, event: Event, seq: int) -> list:
+        """Call ``method`` of each of ``objs`` in order and return what each returned; with the
+        trace on, record each with its duration, exit code, error and the State fields it
+        changed (the watcher compares each call with the state the previous one left)."""
         state, trace, logger = self.state, self.trace, self.logger
         if not trace.recording:
-            for obj in objs:
-                getattr(obj, method)(event, state, logger)
-            return
-        watcher, rows = self._watcher, trace.invocation_rows
+            return [getattr(obj, method)(event, state, logger) for obj in objs]
+        watcher, rows, codes = self._watcher, trace.invocation_rows, []
         value, batch = event._value_, state.timestamp.batch
         watcher.watch(event)
         for order, obj in enumerate(objs):
@@ -199,16 +235,42 @@ class Engine:
                 duration = _now() - t0
                 changed = watcher.changed()
                 watcher.forget()
-                rows.append((seq, value, batch, name, kind, order, None, duration, changed,
-                             f"{type(err).__name__}: {err}"))
+                rows.append(_record(InvocationRecord, (seq, value, batch, name, kind, order, None, duration, changed,
+                                                       f"{type(err).__name__}: {err}")))
                 raise
             duration = _now() - t0
-            rows.append((seq, value, batch, name, kind, order, exit_code, duration, watcher.changed(), None))
+            rows.append(_record(InvocationRecord, (seq, value, batch, name, kind, order, exit_code, duration,
+                                                   watcher.changed(), None)))
+            codes.append(exit_code)
+        return codes
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` ran: the engine then runs no more events."""
+        return self._closed
 
     def close(self) -> None:
-        """Close every callback (flush files, end progress bars)."""
+        """Shut the engine down, as Composer does: each callback's ``close(state, logger)``, then
+        ``post_close()`` of each whose ``close`` did not raise. Every callback is closed even if
+        one raises; the first error is raised after. A second call does nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        errors, closed = [], []
         for cb in self.state.callbacks:
-            cb.close()
+            try:
+                cb.close(self.state, self.logger)
+                closed.append(cb)
+            except Exception as err:  # close the others before raising
+                errors.append(err)
+        for cb in closed:
+            try:
+                cb.post_close()
+            except Exception as err:
+                errors.append(err)
+        if errors:
+            raise errors[0]
 
 
 def _check_pass(p: Any) -> None:
@@ -219,7 +281,7 @@ def _check_pass(p: Any) -> None:
 
 def _checked_result(p: Callable, result: Any) -> Sequence[Algorithm]:
     if not isinstance(result, (list, tuple)):
-        raise TypeError(f"algorithm pass {_pass_name(p)} returned {type(result).__name__}; a pass must "
+        raise TypeError(f"algorithm pass {pass_name(p)} returned {type(result).__name__}; a pass must "
                         f"return the list of algorithms (return it even when it changes nothing)")
     return result
 

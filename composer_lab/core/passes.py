@@ -1,10 +1,11 @@
 """Algorithm passes: functions ``(algorithms, event) -> algorithms`` that order what runs.
 
 The engine runs the matched algorithms of an event through its passes, in order, before
-applying them. Composer registers its passes as SB-first, FusedLayerNorm-last, FILO; since
-FILO reverses the whole list on after-events, Selective Backprop, sorted first, ends up
-*last* on AFTER_DATALOADER, after the augmentations it must precede. Here FILO runs first
-and the pinning passes after it, so what is pinned stays pinned on every event.
+applying them. Composer registers its passes as SB-first, FusedLayerNorm-last, FILO
+(:data:`COMPOSER_PASSES`); since FILO reverses the whole list on after-events, Selective
+Backprop, sorted first, ends up *last* on AFTER_DATALOADER, after the augmentations it must
+precede. Here FILO runs first and the pinning passes after it (:data:`DEFAULT_PASSES`), so
+what is pinned stays pinned on every event.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from composer_lab.core.algorithm import Algorithm
 from composer_lab.core.event import Event
 
 __all__ = [
-    "AlgorithmPass", "set_filo_order", "sort_selective_backprop_first", "sort_fused_layernorm_last",
-    "sort_to_front", "sort_to_back", "warn_if_multiple_loss_interpolation", "DEFAULT_PASSES",
-    "is_filo_reversed",
+    "AlgorithmPass", "set_filo_order", "set_filo_order_composer", "sort_selective_backprop_first",
+    "sort_fused_layernorm_last", "sort_to_front", "sort_to_back", "warn_if_multiple_loss_interpolation",
+    "warn_if_multiple_mixers", "DEFAULT_PASSES", "COMPOSER_PASSES", "is_filo_reversed", "pass_name",
 ]
 
 T = TypeVar("T")
@@ -30,6 +31,11 @@ def _predicate(key: _Key) -> Callable[[Any], bool]:
     if isinstance(key, (type, tuple)):
         return lambda obj: isinstance(obj, key)
     return key
+
+
+def pass_name(algorithm_pass: Callable) -> str:
+    """The name a pass is shown, saved and looked up by: its function name."""
+    return getattr(algorithm_pass, "__name__", type(algorithm_pass).__name__)
 
 
 def sort_to_front(list_to_sort: Sequence[T], cls: _Key) -> list[T]:
@@ -64,8 +70,14 @@ def is_filo_reversed(event: Event) -> bool:
 def set_filo_order(algorithms: Sequence[Algorithm], event: Event) -> Sequence[Algorithm]:
     """First in, last out: reverse the order on ``after_*`` events, so A, B, C on BEFORE_LOSS
     run as C, B, A on AFTER_LOSS and each can undo its change (LabelSmoothing restores the
-    targets it smoothed). ``_start`` / ``_end`` events keep their order."""
+    targets it smoothed). ``_start`` / ``_end`` events keep their order. Unlike Composer's, it
+    also reverses ``EVAL_AFTER_*`` and ``PREDICT_AFTER_FORWARD`` (see :func:`set_filo_order_composer`)."""
     return algorithms[::-1] if event in _FILO_EVENTS else algorithms
+
+
+def set_filo_order_composer(algorithms: Sequence[Algorithm], event: Event) -> Sequence[Algorithm]:
+    """Composer's ``set_filo_order``: reverse only the events whose name starts with ``AFTER_``."""
+    return algorithms[::-1] if event.name.startswith("AFTER_") else algorithms
 
 
 def sort_selective_backprop_first(algorithms: Sequence[Algorithm], event: Event) -> Sequence[Algorithm]:
@@ -81,12 +93,23 @@ def sort_fused_layernorm_last(algorithms: Sequence[Algorithm], event: Event) -> 
 
 
 def warn_if_multiple_loss_interpolation(algorithms: Sequence[Algorithm], event: Event) -> Sequence[Algorithm]:
-    """Warn when two algorithms that interpolate the loss (MixUp, CutMix) run at one event:
-    the second mixes an already mixed batch, which may not be what was meant."""
-    mixers = [a for a in algorithms if getattr(a, "interpolates_loss", False)]
+    """Warn when more than one algorithm interpolates the loss (``interpolate_loss=True`` on
+    MixUp or CutMix, as in Composer): the loss is then mixed twice."""
+    interpolating = [a for a in algorithms if getattr(a, "interpolate_loss", False)]
+    if len(interpolating) > 1:
+        warnings.warn(f"multiple algorithms interpolate the loss at {event.value}: "
+                      f"{', '.join(type(a).__name__ for a in interpolating)}; this can lead to unexpected "
+                      f"behavior. Set interpolate_loss=False on all but one.", stacklevel=2)
+    return algorithms
+
+
+def warn_if_multiple_mixers(algorithms: Sequence[Algorithm], event: Event) -> Sequence[Algorithm]:
+    """Warn when two algorithms that mix examples (MixUp, CutMix) run at one event: the second
+    mixes an already mixed batch, which may not be what was meant."""
+    mixers = [a for a in algorithms if getattr(a, "mixes_examples", False)]
     if len(mixers) > 1:
         names = ", ".join(type(a).__name__ for a in mixers)
-        warnings.warn(f"{names} all interpolate the loss at {event.value}; composing them mixes "
+        warnings.warn(f"{names} all mix examples at {event.value}; composing them mixes "
                       f"already mixed examples. Keep one, or run them in different epochs.",
                       stacklevel=2)
     return algorithms
@@ -105,4 +128,18 @@ DEFAULT_PASSES: tuple[AlgorithmPass, ...] = (
     sort_selective_backprop_first,
     sort_fused_layernorm_last,
     warn_if_multiple_loss_interpolation,
+    warn_if_multiple_mixers,
 )
+"""composer_lab's passes: FILO first, so the pinning passes hold on every event."""
+
+COMPOSER_PASSES: tuple[AlgorithmPass, ...] = (
+    sort_selective_backprop_first,
+    sort_fused_layernorm_last,
+    set_filo_order_composer,
+    warn_if_multiple_loss_interpolation,
+)
+"""The passes as Composer registers them, in its order, to compare in the pass editor."""
+
+ORDER_ONLY_PASSES = frozenset(DEFAULT_PASSES + COMPOSER_PASSES)
+"""Passes that only reorder (or warn about) the algorithms given, never add or drop one: with
+these alone, an event where fewer than two algorithms matched needs no pass at all."""

@@ -12,13 +12,55 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, NamedTuple, Optional, Union
 
 import pandas as pd
 
 from composer_lab.core.event import _PHASE, Event
 
-__all__ = ["Trace", "TRACE_LEVELS", "EVENT_COLUMNS", "INVOCATION_COLUMNS", "NOTE_COLUMNS"]
+__all__ = ["Trace", "TRACE_LEVELS", "EVENT_COLUMNS", "INVOCATION_COLUMNS", "NOTE_COLUMNS",
+           "EventRecord", "InvocationRecord", "NoteRecord"]
+
+
+class EventRecord(NamedTuple):
+    """One fired event, as the engine records it."""
+
+    seq: int
+    event: str  # the Event's value
+    epoch: int
+    batch: int
+    batch_in_epoch: int
+    microbatch: Optional[int]
+    t_start: float  # perf_counter
+    t_end: float
+    asked: Optional[tuple]
+    """At level 'all', the labels of the algorithms listening at this event; those without an
+    invocation at ``seq`` did not match (worked out when read, so the run pays nothing more)."""
+
+
+class InvocationRecord(NamedTuple):
+    """One algorithm or callback call."""
+
+    seq: int
+    event: str
+    batch: int
+    name: str  # Trace.label of the object
+    kind: str  # 'algorithm' or 'callback'
+    order: int
+    exit_code: Any  # what apply returned, as returned
+    duration: float
+    changed: tuple  # names of the State fields the call changed
+    error: Optional[str]
+
+
+class NoteRecord(NamedTuple):
+    """Something that is not an event (a setting changed from a widget, a resume)."""
+
+    seq: int
+    epoch: Optional[int]
+    batch: Optional[int]
+    kind: str
+    text: str
 
 TRACE_LEVELS = ("all", "ran", "off")
 """'all': every event and call, also the ``match`` calls that said no; 'ran': events and the
@@ -38,15 +80,15 @@ _DTYPES = {
     "events": {"seq": "int64", "phase": _PHASE_DTYPE, "event": _EVENT_DTYPE, "epoch": "int64", "batch": "int64",
                "batch_in_epoch": "int64", "microbatch": "Int64", "t_start": "float64", "duration": "float64"},
     "invocations": {"seq": "int64", "event": _EVENT_DTYPE, "batch": "int64", "cls": "category",
-                    "kind": _KIND_DTYPE, "matched": "bool", "order": "Int64", "exit_code": "Int64",
-                    "duration": "float64", "changed": "string", "error": "string"},
+                    "kind": _KIND_DTYPE, "matched": "bool", "order": "Int64", "exit_code": "object",
+                    "duration": "float64", "changed": "object", "error": "string"},
     "notes": {"seq": "int64", "epoch": "Int64", "batch": "Int64", "kind": "string", "text": "string"},
 }
 
 
-def _asked(event_row: tuple) -> bool:
-    """Whether an event row holds the algorithms asked there (level 'all')."""
-    return event_row[-1] is not None
+def _asked(record: EventRecord) -> bool:
+    """Whether an event record holds the algorithms asked there (level 'all')."""
+    return record.asked is not None
 
 
 class Trace:
@@ -56,9 +98,9 @@ class Trace:
         self.level = level
         self.seq = -1
         self._t0 = time.perf_counter()
-        self.event_rows: list[tuple] = []
-        self.invocation_rows: list[tuple] = []
-        self._notes: list[tuple] = []
+        self.event_rows: list[EventRecord] = []
+        self.invocation_rows: list[InvocationRecord] = []
+        self._notes: list[NoteRecord] = []
         self._labels: dict[int, tuple[Any, str]] = {}
         self._label_counts: dict[str, int] = {}
         self._label_cls: dict[str, str] = {}
@@ -93,22 +135,15 @@ class Trace:
         return entry[1]
 
     # -- rows (appended by the engine) -------------------------------------------------------
-    # The engine appends to these lists directly: a method call per row would cost more than
-    # the row. Rows hold only strings and numbers, so the garbage collector stops tracking
-    # them and a long trace costs the collector nothing (rows holding objects are rescanned).
-    #   event_rows: (seq, event value, epoch, batch, batch_in_epoch, microbatch,
-    #                t_start, t_end (perf_counter), asked)
-    #     asked: at level 'all', the labels of the algorithms at this event; those without an
-    #     invocation row at seq did not match (worked out when the trace is read, so the run
-    #     pays nothing more per event). None otherwise.
-    #   invocation_rows: (seq, event value, batch, label, kind, order, exit_code, duration,
-    #                     changed, error)
+    # The engine appends EventRecord and InvocationRecord rows to event_rows and invocation_rows
+    # directly (a method call per row would cost more than the row); the DataFrames are built
+    # from them when read.
 
     def note(self, kind: str, text: str, timestamp: Any = None) -> None:
         """Record something that is not an event: a setting changed from a widget, an
         interruption, a resumed checkpoint. It is tied to the last event fired."""
         epoch, batch = (timestamp.epoch, timestamp.batch) if timestamp is not None else (None, None)
-        self._notes.append((self.seq, epoch, batch, kind, text))
+        self._notes.append(NoteRecord(self.seq, epoch, batch, kind, text))
 
     # -- reading ----------------------------------------------------------------------------
     @property
@@ -121,8 +156,8 @@ class Trace:
     def invocations(self) -> pd.DataFrame:
         """One row per algorithm or callback call: ``seq`` (the event's), ``event``, ``batch``,
         ``name`` (unique per instance), ``cls``, ``kind``, ``matched``, ``order`` (position after
-        the passes), ``exit_code``, ``duration`` (s), ``changed`` (comma-separated State fields
-        replaced or mutated in place), ``error``. At level 'all', algorithms whose ``match``
+        the passes), ``exit_code`` (what ``apply`` returned, as returned), ``duration`` (s),
+        ``changed`` (a tuple of the State fields replaced or mutated in place), ``error``. At level 'all', algorithms whose ``match``
         said no appear with ``matched=False``."""
         if self._loaded is not None:
             return self._loaded["invocations"]
@@ -145,10 +180,10 @@ class Trace:
             cached = self._cache[key] = ((len(rows),), build(rows))
         return cached[1]
 
-    def _build_events(self, rows: list) -> pd.DataFrame:
+    def _build_events(self, rows: list[EventRecord]) -> pd.DataFrame:
         t0 = self._t0
-        rows = [(seq, _PHASE_OF[ev], ev, epoch, batch, in_epoch, microbatch, t_start - t0, t_end - t_start)
-                for seq, ev, epoch, batch, in_epoch, microbatch, t_start, t_end, _ in rows]
+        rows = [(r.seq, _PHASE_OF[r.event], r.event, r.epoch, r.batch, r.batch_in_epoch, r.microbatch,
+                 r.t_start - t0, r.t_end - r.t_start) for r in rows]
         df = pd.DataFrame.from_records(rows, columns=list(EVENT_COLUMNS))
         df = df.sort_values("seq", kind="stable", ignore_index=True)
         return df.astype(_DTYPES["events"])
@@ -156,12 +191,13 @@ class Trace:
     def _build_invocations(self) -> pd.DataFrame:
         # Within an event: what ran, in its order, then what did not match, in list order.
         cls = self._label_cls
-        rows = [((seq, 0, order), seq, ev, b, name, cls[name], kind, True, order, code, dur, ch, err)
-                for seq, ev, b, name, kind, order, code, dur, ch, err in self.invocation_rows]
-        ran = {(r[0], r[3]) for r in self.invocation_rows if r[4] == "algorithm"}
-        rows += [((seq, 1, pos), seq, ev, b, name, cls[name], "algorithm", False, None, None, None, "", None)
-                 for seq, ev, _, b, *_, names in filter(_asked, self.event_rows) for pos, name in enumerate(names)
-                 if (seq, name) not in ran]
+        rows = [((r.seq, 0, r.order), r.seq, r.event, r.batch, r.name, cls[r.name], r.kind, True, r.order,
+                 r.exit_code, r.duration, r.changed, r.error) for r in self.invocation_rows]
+        ran = {(r.seq, r.name) for r in self.invocation_rows if r.kind == "algorithm"}
+        rows += [((e.seq, 1, pos), e.seq, e.event, e.batch, name, cls[name], "algorithm", False, None, None, None,
+                  (), None)
+                 for e in filter(_asked, self.event_rows) for pos, name in enumerate(e.asked)
+                 if (e.seq, name) not in ran]
         rows.sort(key=lambda r: r[0])
         df = pd.DataFrame.from_records([r[1:] for r in rows], columns=list(INVOCATION_COLUMNS))
         names = [label for _, label in self._labels.values()]
@@ -177,8 +213,9 @@ class Trace:
         """Write events, invocations and notes as parquet files (plus trace.json) in ``folder``."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        for name in ("events", "invocations", "notes"):
-            getattr(self, name).to_parquet(folder / f"{name}.parquet", index=False)
+        self.events.to_parquet(folder / "events.parquet", index=False)
+        _exit_codes_as_json(self.invocations).to_parquet(folder / "invocations.parquet", index=False)
+        self.notes.to_parquet(folder / "notes.parquet", index=False)
         info = {"level": self.level, "meta": self.meta, "names": list(self.invocations["name"].cat.categories)}
         (folder / "trace.json").write_text(json.dumps(info, default=str))
         return folder
@@ -200,10 +237,21 @@ class Trace:
                          for name, dtypes in _DTYPES.items()}
         invocations = trace._loaded["invocations"]
         invocations["name"] = invocations["name"].astype(pd.CategoricalDtype(info["names"]))
+        invocations["changed"] = pd.Series([tuple(fields) for fields in invocations["changed"]],
+                                           index=invocations.index, dtype=object)
+        invocations["exit_code"] = pd.Series([None if pd.isna(code) else json.loads(code)
+                                              for code in invocations["exit_code"]], index=invocations.index, dtype=object)
         return trace
 
     def __repr__(self) -> str:
         return (f"Trace(level={self.level!r}, events={len(self.event_rows)}, "
                 f"invocations={len(self.invocation_rows)}, unmatched_calls="
-                f"{sum(len(row[-1]) for row in filter(_asked, self.event_rows))}, notes={len(self._notes)})")
+                f"{sum(len(r.asked) for r in filter(_asked, self.event_rows))}, notes={len(self._notes)})")
+
+
+def _exit_codes_as_json(invocations: pd.DataFrame) -> pd.DataFrame:
+    """``invocations`` with each exit code as JSON text (None stays None), so that any value an
+    algorithm returned can be written to parquet; objects JSON cannot hold are saved as repr."""
+    codes = [None if code is None else json.dumps(code, default=repr) for code in invocations["exit_code"]]
+    return invocations.assign(exit_code=pd.Series(codes, index=invocations.index, dtype="string"))
 

@@ -6,7 +6,8 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from composer_lab.lab.control import Control, hyperparameters
+from composer_lab.core.algorithm import hyperparameters
+from composer_lab.lab.control import Control
 
 __all__ = ["AlgorithmPanel", "css_name"]
 

@@ -43,11 +43,11 @@ def find_conflicts(source: Any, control: Optional[Control] = None) -> pd.DataFra
     counts the events where it happened, between ``first_batch`` and ``last_batch``; ``pass``
     is :func:`deciding_pass` when a ``control`` is given (None for a saved run)."""
     inv = run_data(source).invocations
-    calls = inv[inv["matched"] & (inv["kind"].astype(str) == "algorithm") & (inv["changed"].fillna("") != "")]
+    calls = inv[inv["matched"] & (inv["kind"].astype(str) == "algorithm") & (inv["changed"].map(len) > 0)]
     calls = calls[calls.duplicated("seq", keep=False)].sort_values(["seq", "order"])
     rows = []
     for (seq, event, batch), group in calls.groupby(["seq", "event", "batch"], observed=True, sort=False):
-        changes = [(str(n), set(str(c).split(","))) for n, c in zip(group["name"], group["changed"])]
+        changes = [(str(n), set(c)) for n, c in zip(group["name"], group["changed"])]
         for (first, fields_a), (second, fields_b) in combinations(changes, 2):
             rows += [(str(event), f, first, second, batch) for f in sorted(fields_a & fields_b)]
     pairs = pd.DataFrame(rows, columns=["event", "field", "first", "second", "batch"])

@@ -9,31 +9,13 @@ in the trace at the current batch, and tells its listeners so the panels can red
 
 from __future__ import annotations
 
-import inspect
 from typing import Any, Callable, Sequence, Union
 
-from composer_lab.core.algorithm import Algorithm
+from composer_lab.core.algorithm import Algorithm, hyperparameters
 from composer_lab.core.engine import Engine
+from composer_lab.core.passes import pass_name
 
-__all__ = ["Control", "pass_name", "hyperparameters"]
-
-_SCALARS = (bool, int, float, str)
-
-
-def pass_name(algorithm_pass: Callable) -> str:
-    """The name a pass is shown and looked up by: its function name."""
-    return getattr(algorithm_pass, "__name__", type(algorithm_pass).__name__)
-
-
-def hyperparameters(algorithm: Algorithm) -> dict[str, Any]:
-    """The editable hyperparameters of ``algorithm``: its constructor's arguments that are
-    plain scalar attributes of the instance (``SelectiveBackprop``: start, end, keep, ...)."""
-    try:
-        params = inspect.signature(type(algorithm)).parameters
-    except (TypeError, ValueError):
-        return {}
-    return {name: getattr(algorithm, name) for name in params
-            if isinstance(getattr(algorithm, name, None), _SCALARS)}
+__all__ = ["Control"]
 
 
 def _same_kind(old: Any, value: Any) -> bool:

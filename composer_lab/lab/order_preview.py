@@ -4,7 +4,8 @@ An algorithm's ``match`` depends on the state (Selective Backprop only matches i
 ``[start, end)`` interval), so the preview asks ``match`` on copies of the state placed at
 points spread over the whole run: an algorithm is listed at every event it matches at some
 point of the run, and the engine's passes order those lists (``engine.plan(...,
-assume_matched=True)``). Algorithms that would not match at the current batch are drawn dashed.
+assume_matched=True)``). Algorithms that would not run at the current batch, or that listen
+but whose schedule lets this batch through untouched (:meth:`Algorithm.active`), are drawn dashed.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import copy
 import html
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 import ipywidgets as widgets
 
@@ -145,7 +146,9 @@ class OrderPreview(widgets.VBox):
         self.changes = {e: order_changes(self.orders.get(e, []), orders.get(e, []))
                         for e in {**self.orders, **orders}} if self.orders else {}
         self.orders = orders
-        self._now = {e: {names[id(a)] for a in self.control.engine.plan(e, enabled)} for e in orders}
+        engine = self.control.engine
+        self._now = {e: {names[id(a)] for a in engine.plan(e, enabled) if a.active(Event(e), engine.state)}
+                     for e in orders}
         self._draw()
 
     def _draw(self) -> None:
@@ -159,4 +162,4 @@ class OrderPreview(widgets.VBox):
             rows.append(f"<tr><td style='padding-right:8px'><code>{e}</code></td><td>{chips or '-'}</td></tr>")
         body = "".join(rows) or "<tr><td>no enabled algorithm runs at this event</td></tr>"
         self.table.value = (f"<table>{body}</table><small>orange: moved, green: new, struck: gone; "
-                            f"dashed: would not run at the current batch</small>")
+                            f"dashed: would not run, or not act, at the current batch</small>")

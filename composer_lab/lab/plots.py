@@ -1,16 +1,16 @@
 """Plots of runs: loss, keep ratio, event timeline, algorithm x event map, run comparison.
 
 Each ``plot_*`` takes what :func:`~composer_lab.lab.sources.run_data` reads (a Trainer, a
-Run, a saved run folder, trace or metrics DataFrames) and returns a
-:class:`matplotlib.figure.Figure` built without pyplot, so it works outside Jupyter and
-from a worker thread; ``fig.savefig('x.png')`` saves it. The ``draw_*`` functions draw the
+Run, a saved run folder, trace or metrics DataFrames) and returns a :class:`LabFigure`, a
+matplotlib Figure built without pyplot (so it works outside Jupyter and from a worker thread)
+that IPython displays as PNG through its own ``_repr_png_``, with no formatter registered
+anywhere; ``fig.savefig('x.png')`` saves it. The ``draw_*`` functions draw the
 same into a given Axes (the run panel and :func:`plot_runs` reuse them).
 """
 
 from __future__ import annotations
 
 import io
-import re
 import textwrap
 from typing import Any, Iterable, Optional, Sequence, Union
 
@@ -25,9 +25,8 @@ from composer_lab.lab.diff import DIFF_STATUSES, diff_runs
 from composer_lab.lab.sources import RunData, run_data
 
 __all__ = ["plot_loss", "plot_keep_ratio", "plot_timeline", "plot_algorithm_events", "plot_runs",
-           "draw_loss", "draw_keep_ratio", "keep_ratio_interval", "figure_png", "step_events"]
+           "draw_loss", "draw_keep_ratio", "keep_ratio_interval", "figure_png", "step_events", "LabFigure"]
 
-_SCHEDULE = re.compile(r"(?P<name>\w+)\(start=(?P<start>[\d.e-]+), end=(?P<end>[\d.e-]+)")
 _STATUS_COLORS = {"moved": "#f0a030", "appeared": "#40a040", "vanished": "#d04040"}
 
 
@@ -36,6 +35,13 @@ def figure_png(fig: Figure, dpi: int = 80) -> bytes:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
     return buffer.getvalue()
+
+
+class LabFigure(Figure):
+    """A Figure that shows itself in IPython (as PNG) without pyplot or a registered formatter."""
+
+    def _repr_png_(self) -> bytes:
+        return figure_png(self, dpi=100)
 
 
 def _runs(sources: Sequence[Any]) -> list[RunData]:
@@ -76,7 +82,7 @@ def draw_loss(ax: Axes, runs: Sequence[RunData]) -> None:
 def plot_loss(*sources: Any, title: str = "Loss") -> Figure:
     """Loss curves of one or several runs, overlaid: train per step, eval per evaluation; the
     changes made from the lab during a run are marked with dotted lines."""
-    fig = Figure(figsize=(7, 4), layout="constrained")
+    fig = LabFigure(figsize=(7, 4), layout="constrained")
     ax = fig.add_subplot()
     draw_loss(ax, _runs(sources))
     ax.set_title(title)
@@ -86,8 +92,8 @@ def plot_loss(*sources: Any, title: str = "Loss") -> Figure:
 # -- keep ratio ------------------------------------------------------------------------------
 def keep_ratio_interval(run: RunData, metric: str = "sb/keep_ratio") -> Optional[tuple[float, float]]:
     """The ``[start, end)`` batches of the batch-selection algorithm that logs ``metric``: from
-    a trainer's algorithms, or a saved run's config (``'SelectiveBackprop(start=0.5, ...)'``);
-    None when the run's length or the algorithm is unknown."""
+    a trainer's algorithms, or a saved run's config (``{'class': 'SelectiveBackprop', 'hparams':
+    {'start': 0.5, ...}}``); None when the run's length or the algorithm is unknown."""
     prefix = metric.split("/")[0]
     if not run.total_batches:
         return None
@@ -95,10 +101,9 @@ def keep_ratio_interval(run: RunData, metric: str = "sb/keep_ratio") -> Optional
         if getattr(algo, "metric_prefix", None) == prefix:
             return algo.start * run.total_batches, algo.end * run.total_batches
     names = {cls.__name__ for cls in _batch_selections() if cls.metric_prefix == prefix}
-    for text in run.config.get("algorithms", []):
-        found = _SCHEDULE.match(str(text))
-        if found and found["name"] in names:
-            return float(found["start"]) * run.total_batches, float(found["end"]) * run.total_batches
+    for entry in run.config.get("algorithms", []):
+        if entry["class"] in names:
+            return entry["hparams"]["start"] * run.total_batches, entry["hparams"]["end"] * run.total_batches
     return None
 
 
@@ -140,7 +145,7 @@ def plot_keep_ratio(source: Any, metric: str = "sb/keep_ratio",
     """Selective Backprop's keep ratio per step, with its ``[start, end)`` interval (in batches;
     found from a trainer's algorithm, or given) shaded and the plain steps visible."""
     run = run_data(source)
-    fig = Figure(figsize=(7, 3), layout="constrained")
+    fig = LabFigure(figsize=(7, 3), layout="constrained")
     ax = fig.add_subplot()
     draw_keep_ratio(ax, run, metric, interval)
     ax.set_title(f"{metric} ({run.name})")
@@ -195,7 +200,7 @@ def plot_timeline(source: Any, steps: Union[int, Iterable[int], None] = None) ->
     t0 = events["t_start"].min()
     calls = _invocation_starts(events, run.invocations[run.invocations["seq"].isin(events["seq"])])
     lanes = list(dict.fromkeys(calls["name"].astype(str)))
-    fig = Figure(figsize=(10, 1.2 + 0.45 * (len(lanes) + 1)), layout="constrained")
+    fig = LabFigure(figsize=(10, 1.2 + 0.45 * (len(lanes) + 1)), layout="constrained")
     ax = fig.add_subplot()
     kinds = list(dict.fromkeys(events["event"].astype(str)))
     colors = {kind: _cmap_color(i, len(kinds)) for i, kind in enumerate(kinds)}
@@ -238,7 +243,7 @@ def plot_algorithm_events(source: Any) -> Figure:
     grouped = ran.groupby(["name", "event"])["duration"]
     calls = grouped.count().unstack(fill_value=0)
     total_ms = (grouped.sum() * 1e3).unstack(fill_value=0.0)
-    fig = Figure(figsize=(3 + 1.1 * calls.shape[1] * 2, 1.5 + 0.5 * calls.shape[0]), layout="constrained")
+    fig = LabFigure(figsize=(3 + 1.1 * calls.shape[1] * 2, 1.5 + 0.5 * calls.shape[0]), layout="constrained")
     for ax, table, title, fmt in zip(fig.subplots(1, 2), (calls, total_ms), ("calls", "total time (ms)"),
                                      ("{:.0f}", "{:.2f}")):
         image = ax.imshow(table.values, aspect="auto", cmap="Blues")
@@ -260,7 +265,7 @@ def plot_runs(a: Any, b: Any, diff: Optional[pd.DataFrame] = None) -> Figure:
     if runs[0].name == runs[1].name:
         runs = [run_data(runs[0], f"{runs[0].name} (a)"), run_data(runs[1], f"{runs[1].name} (b)")]
     diff = diff_runs(*runs) if diff is None else diff
-    fig = Figure(figsize=(12, 4), layout="constrained")
+    fig = LabFigure(figsize=(12, 4), layout="constrained")
     loss_ax, diff_ax = fig.subplots(1, 2)
     draw_loss(loss_ax, runs)
     loss_ax.set_title("Loss")
@@ -277,17 +282,3 @@ def plot_runs(a: Any, b: Any, diff: Optional[pd.DataFrame] = None) -> Figure:
     diff_ax.set_title(f"{runs[1].name} vs {runs[0].name}")
     diff_ax.legend(fontsize=8)
     return fig
-
-
-def _show_figures_in_ipython() -> None:
-    """Let a returned Figure display as PNG in IPython even when pyplot was never imported."""
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return
-    shell = get_ipython()
-    if shell is not None and hasattr(shell, "display_formatter"):
-        shell.display_formatter.formatters["image/png"].for_type(Figure, lambda fig: figure_png(fig, dpi=100))
-
-
-_show_figures_in_ipython()

@@ -15,12 +15,11 @@ import threading
 from typing import Any, Callable, Generator, Optional
 
 import ipywidgets as widgets
-from matplotlib.figure import Figure
 
 from composer_lab.core.callback import Callback
 from composer_lab.core.logger import Logger
 from composer_lab.core.state import State
-from composer_lab.lab.plots import draw_keep_ratio, draw_loss, figure_png
+from composer_lab.lab.plots import LabFigure, draw_keep_ratio, draw_loss, figure_png
 from composer_lab.lab.sources import RunData, total_batches
 
 __all__ = ["RunHandle", "RunMonitor", "RunPanel", "RunStopped"]
@@ -149,12 +148,12 @@ class RunMonitor(Callback):
         self.panel._step(state)
 
 
-def live_figure(trainer: Any) -> Figure:
+def live_figure(trainer: Any) -> LabFigure:
     """Loss so far and, when logged, Selective Backprop's keep ratio, from the trainer's metrics."""
     run = RunData(name=trainer.state.run_name, metrics=trainer.metrics, notes=trainer.engine.trace.notes,
                   algorithms=list(trainer.state.algorithms), total_batches=total_batches(trainer.state))
     keep_ratio = (run.metrics["name"] == "sb/keep_ratio").any()
-    fig = Figure(figsize=(9 if keep_ratio else 5, 3), layout="constrained")
+    fig = LabFigure(figsize=(9 if keep_ratio else 5, 3), layout="constrained")
     axes = fig.subplots(1, 2 if keep_ratio else 1, squeeze=False)[0]
     if not run.metrics.empty:
         draw_loss(axes[0], [run])

@@ -223,7 +223,7 @@ def test_algorithm_prunes_on_scheduled_steps_and_logs(images):
     assert kept > 0 and all_ > 0
     invocations = engine.trace.invocations
     changed = invocations[(invocations.event == "after_dataloader") & invocations.matched].changed.tolist()
-    assert changed == ["batch", "", ""]
+    assert changed == [("batch",), (), ()]
 
 
 def test_algorithm_draws_from_the_state_generator(images):

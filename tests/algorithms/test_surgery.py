@@ -61,7 +61,7 @@ def test_blurpool_algorithm_changes_the_model_at_init_and_is_traced():
     state, engine = make_state(model, (torch.randn(2, 3, 16, 16), torch.zeros(2)), [blur])
     assert blur.replaced == ["1", "3", "5"]
     row = engine.trace.invocations.query("event == 'init' and matched")
-    assert row.changed.item() == "model"
+    assert row.changed.item() == ("model",)
 
 
 def test_channels_last_keeps_parameters_and_converts_4d_weights():

@@ -9,9 +9,6 @@ class Recorder(Algorithm):
     def __init__(self, name: str, events, log: list) -> None:
         self.name, self.events, self.log = name, frozenset(Event(e) for e in events), log
 
-    def match(self, event, state):
-        return event in self.events
-
     def apply(self, event, state, logger):
         self.log.append(self.name)
 
@@ -25,4 +22,4 @@ class FakeFusedLayerNorm(Recorder):
 
 
 class FakeMixUp(Recorder):
-    interpolates_loss = True
+    mixes_examples = True

@@ -2,7 +2,9 @@
 
 import pytest
 
-from composer_lab.core import Callback, Engine, Event, set_filo_order, sort_to_back
+from composer_lab.core import Algorithm, Callback, Engine, Event, set_filo_order, sort_to_back
+from composer_lab.core.callback import listened_events
+from composer_lab.core.engine import AlgorithmTrace
 
 from .helpers import FakeSelectiveBackprop, Recorder
 
@@ -45,7 +47,7 @@ def test_callback_methods_and_run_event_dispatch(state):
     cb.run_event(Event.AFTER_LOSS, state, None)
     cb.run_event(Event.BATCH_END, state, None)  # not overridden: a no-op
     assert log == ["cb:after_loss", "cb:after_loss"]
-    assert cb.events() == {Event.INIT, Event.AFTER_LOSS}
+    assert listened_events(cb) == {Event.INIT, Event.AFTER_LOSS}
 
 
 def test_string_events_are_accepted(state):
@@ -64,11 +66,11 @@ def first(algorithms, event):
 
 
 @pytest.mark.parametrize("spec, expected", [
-    (None, 4),
-    (last, 5),
-    ([last], 5),
-    ((last, 0), 5),
-    ([(last, 0), first], 6),
+    (None, 5),
+    (last, 6),
+    ([last], 6),
+    ((last, 0), 6),
+    ([(last, 0), first], 7),
 ])
 def test_algorithm_passes_forms(state, spec, expected):
     engine = Engine(state, algorithm_passes=spec)
@@ -146,7 +148,8 @@ def test_plan_steps_show_each_pass(state):
     assert names == [("match", ["A", "SB", "B"]), ("set_filo_order", ["B", "SB", "A"]),
                      ("sort_selective_backprop_first", ["SB", "B", "A"]),
                      ("sort_fused_layernorm_last", ["SB", "B", "A"]),
-                     ("warn_if_multiple_loss_interpolation", ["SB", "B", "A"])]
+                     ("warn_if_multiple_loss_interpolation", ["SB", "B", "A"]),
+                     ("warn_if_multiple_mixers", ["SB", "B", "A"])]
 
 
 def test_algorithms_list_swap_takes_effect_at_the_next_event(state):
@@ -232,3 +235,125 @@ def test_declared_events_spare_match_calls_and_change_nothing_else(state, declar
     assert algo.asked == (1 if declare else 3)
     inv = engine.trace.invocations
     assert list(zip(inv.event, inv.matched)) == [("batch_start", True), ("batch_end", False), ("after_loss", False)]
+
+
+# -- one path for plan and run (issue 19.4) -------------------------------------------------------
+def test_a_pass_that_inserts_an_algorithm_runs_it_even_when_nothing_matched(state):
+    """The plan and the run agree: an algorithm a pass adds runs also at an event where no
+    algorithm matched (the engine used to skip the passes there)."""
+    log = []
+    inserted = Recorder("inserted", [], log)
+
+    def insert(algorithms, event):
+        return [*algorithms, inserted] if event is Event.BATCH_END else algorithms
+
+    state.algorithms = [Recorder("A", [Event.BEFORE_LOSS], log)]
+    engine = Engine(state, algorithm_passes=insert)
+    for event in (Event.BATCH_END, Event.BEFORE_LOSS):
+        planned = [a.name for a in engine.plan(event)]
+        before = len(log)
+        engine.run_event(event)
+        assert log[before:] == planned
+    assert log == ["inserted", "A"]
+
+
+# -- what run_event returns (Composer's Traces) ---------------------------------------------------
+class Returns(Recorder):
+    def __init__(self, name, code, log):
+        super().__init__(name, [Event.BEFORE_LOSS, Event.AFTER_LOSS], log)
+        self.code = code
+
+    def apply(self, event, state, logger):
+        super().apply(event, state, logger)
+        return self.code
+
+
+def test_run_event_returns_each_algorithms_exit_code_and_order(state):
+    log = []
+    state.algorithms = [Returns("A", 3, log), Returns("B", "done", log)]
+    engine = Engine(state)
+    traces = engine.run_event(Event.AFTER_LOSS)
+    assert list(traces) == ["Returns#2/after_loss", "Returns/after_loss"]  # run order: FILO
+    assert traces["Returns#2/after_loss"] == AlgorithmTrace(exit_code="done", order=0, run=True)
+    assert traces["Returns/after_loss"].exit_code == 3 and traces["Returns/after_loss"].order == 1
+    assert engine.run_event(Event.BATCH_END) == {}
+    assert Engine(state, trace="off").run_event(Event.BEFORE_LOSS)["Returns/before_loss"].exit_code == 3
+
+
+# -- Algorithm.match from the declared events -----------------------------------------------------
+class Declares(Algorithm):
+    events = frozenset({Event.AFTER_LOSS})
+
+    def apply(self, event, state, logger):
+        return None
+
+
+def test_base_match_answers_from_declared_events(state):
+    algorithm = Declares()
+    assert {e for e in ALL if algorithm.match(e, state)} == {Event.AFTER_LOSS}
+    algorithm.events = None
+    assert all(algorithm.match(e, state) for e in ALL)
+    assert algorithm.active(Event.AFTER_LOSS, state)
+
+
+# -- callbacks' names (issue 19.7) and lifecycle ----------------------------------------------------
+LIFECYCLE = {"run_event", "state_dict", "load_state_dict", "close", "post_close"}
+
+
+def test_callback_public_names_are_the_events_and_the_lifecycle():
+    public = {name for name in dir(Callback) if not name.startswith("_")}
+    assert public == {e.value for e in Event} | LIFECYCLE
+
+
+class Named(Callback):
+    """Attributes a subclass names naturally, none of them engine machinery."""
+
+    def __init__(self, log):
+        self.events, self.listens, self.log = ["mine"], "x", log
+
+    def after_loss(self, state, logger):
+        self.log.append(list(self.events))
+
+
+def test_a_callback_attribute_named_events_does_not_reach_the_engine(state):
+    log = []
+    state.callbacks = [Named(log)]
+    engine = Engine(state)
+    engine.run_event(Event.AFTER_LOSS)
+    engine.run_event(Event.BEFORE_LOSS)
+    assert log == [["mine"]]
+
+
+class Closing(Callback):
+    def __init__(self, name, log, fail=False):
+        self.name, self.log, self.fail = name, log, fail
+
+    def close(self, state, logger):
+        self.log.append(f"close {self.name}")
+        assert state is not None and logger is not None
+        if self.fail:
+            raise OSError(f"{self.name} cannot close")
+
+    def post_close(self):
+        self.log.append(f"post_close {self.name}")
+
+
+def test_close_closes_every_callback_then_post_closes_and_refuses_events(state):
+    log = []
+    state.callbacks = [Closing("a", log), Closing("b", log)]
+    engine = Engine(state)
+    engine.run_event(Event.FIT_START)
+    engine.close()
+    engine.close()  # once only
+    assert log == ["close a", "close b", "post_close a", "post_close b"]
+    assert engine.closed
+    with pytest.raises(RuntimeError, match="closed"):
+        engine.run_event(Event.FIT_START)
+
+
+def test_close_closes_the_others_when_one_raises(state):
+    log = []
+    state.callbacks = [Closing("a", log, fail=True), Closing("b", log)]
+    with pytest.raises(OSError, match="a cannot close"):
+        Engine(state).close()
+    assert log == ["close a", "close b", "post_close b"]

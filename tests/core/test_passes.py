@@ -4,10 +4,10 @@ import warnings
 
 import pytest
 
-from composer_lab.core import (DEFAULT_PASSES, Engine, Event, set_filo_order, sort_fused_layernorm_last,
-                               sort_selective_backprop_first, sort_to_back, sort_to_front,
-                               warn_if_multiple_loss_interpolation)
-from composer_lab.core.passes import is_filo_reversed
+from composer_lab.core import (COMPOSER_PASSES, DEFAULT_PASSES, Engine, Event, set_filo_order,
+                               sort_fused_layernorm_last, sort_selective_backprop_first, sort_to_back, sort_to_front,
+                               warn_if_multiple_loss_interpolation, warn_if_multiple_mixers)
+from composer_lab.core.passes import is_filo_reversed, set_filo_order_composer
 
 from .helpers import FakeFusedLayerNorm, FakeMixUp, FakeSelectiveBackprop, Recorder
 
@@ -39,8 +39,13 @@ def test_filo_leaves_start_and_end_events_alone(event):
     assert set_filo_order(["A", "B", "C"], event) == ["A", "B", "C"]
 
 
-def test_filo_reversed_events_are_exactly_the_after_events():
+def test_filo_reverses_exactly_the_after_events():
+    """Ours: every ``*after_*`` event; Composer's: only names starting with AFTER_ (README table)."""
     assert {e for e in ALL if is_filo_reversed(e)} == {e for e in ALL if "after_" in e.value}
+    assert {e for e in ALL if set_filo_order(["A", "B"], e) == ["B", "A"]} == {e for e in ALL if "after_" in e.value}
+    composer = {e for e in ALL if set_filo_order_composer(["A", "B"], e) == ["B", "A"]}
+    assert composer == {e for e in ALL if e.name.startswith("AFTER_")}
+    assert Event.EVAL_AFTER_ALL not in composer and Event.EVAL_AFTER_ALL in {e for e in ALL if is_filo_reversed(e)}
 
 
 def test_selective_backprop_first_and_fused_layernorm_last():
@@ -51,20 +56,47 @@ def test_selective_backprop_first_and_fused_layernorm_last():
     assert sort_fused_layernorm_last([fln, a, c], Event.INIT) == [a, c, fln]
 
 
-def test_warns_when_two_loss_interpolating_algorithms_run():
+def test_loss_interpolation_warns_as_composer_reads_interpolate_loss():
+    """Composer's pass: only algorithms whose ``interpolate_loss`` is true count, whatever they are."""
     log = []
     mix1, mix2, a = FakeMixUp("M1", ALL, log), FakeMixUp("M2", ALL, log), Recorder("A", ALL, log)
-    with pytest.warns(UserWarning, match="interpolate the loss"):
-        assert warn_if_multiple_loss_interpolation([mix1, a, mix2], Event.BEFORE_FORWARD) == [mix1, a, mix2]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        warn_if_multiple_loss_interpolation([mix1, a], Event.BEFORE_FORWARD)
+        warn_if_multiple_loss_interpolation([mix1, a, mix2], Event.BEFORE_FORWARD)  # default False: quiet
+        mix1.interpolate_loss = True
+        warn_if_multiple_loss_interpolation([mix1, a, mix2], Event.BEFORE_FORWARD)  # one: quiet
+    a.interpolate_loss = True  # not a mixer, but it says it interpolates the loss
+    with pytest.warns(UserWarning, match="interpolate the loss"):
+        assert warn_if_multiple_loss_interpolation([mix1, a, mix2], Event.BEFORE_FORWARD) == [mix1, a, mix2]
+
+
+def test_multiple_mixers_warns_as_its_own_pass():
+    log = []
+    mix1, mix2, a = FakeMixUp("M1", ALL, log), FakeMixUp("M2", ALL, log), Recorder("A", ALL, log)
+    with pytest.warns(UserWarning, match="mix examples"):
+        assert warn_if_multiple_mixers([mix1, a, mix2], Event.BEFORE_FORWARD) == [mix1, a, mix2]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warn_if_multiple_mixers([mix1, a], Event.BEFORE_FORWARD)
 
 
 def test_default_pass_order():
     assert [p.__name__ for p in DEFAULT_PASSES] == [
         "set_filo_order", "sort_selective_backprop_first", "sort_fused_layernorm_last",
-        "warn_if_multiple_loss_interpolation"]
+        "warn_if_multiple_loss_interpolation", "warn_if_multiple_mixers"]
+
+
+def test_composer_passes_are_composers_list(state):
+    """SB-first, layernorm-last, then FILO with Composer's rule (AFTER_ names only), then the warning."""
+    assert COMPOSER_PASSES == (sort_selective_backprop_first, sort_fused_layernorm_last, set_filo_order_composer,
+                               warn_if_multiple_loss_interpolation)
+    log = []
+    state.algorithms = [Recorder("A", ALL, log), FakeSelectiveBackprop("SB", ALL, log), Recorder("B", ALL, log)]
+    engine = Engine(state)
+    engine.passes = COMPOSER_PASSES
+    engine.run_event(Event.EVAL_AFTER_FORWARD)  # not reversed under Composer's rule
+    engine.run_event(Event.AFTER_DATALOADER)  # reversed: SB ends up last
+    assert log == ["SB", "A", "B", "B", "A", "SB"]
 
 
 @pytest.mark.parametrize("event", [Event.AFTER_DATALOADER, Event.INIT])

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from composer_lab.core import Algorithm, Callback, Engine, Event, Trace
-from composer_lab.core.trace import EVENT_COLUMNS, INVOCATION_COLUMNS
+from composer_lab.core.trace import EVENT_COLUMNS, INVOCATION_COLUMNS, EventRecord, InvocationRecord
 
 from .helpers import Recorder
 
@@ -90,7 +90,7 @@ def test_changed_names_replaced_and_in_place_fields(state):
     state.algorithms = [Smooth(), ScaleLossInPlace(), Freeze(), Recorder("noop", [Event.BATCH_END], [])]
     inv = run(state, [Event.BEFORE_LOSS, Event.AFTER_LOSS, Event.BATCH_END]).invocations
     ran = inv[inv.matched].set_index("name").changed.to_dict()
-    assert ran == {"Smooth": "batch", "ScaleLossInPlace": "loss", "Freeze": "model", "Recorder": ""}
+    assert ran == {"Smooth": ("batch",), "ScaleLossInPlace": ("loss",), "Freeze": ("model",), "Recorder": ()}
 
 
 class StepInside(Algorithm):
@@ -122,7 +122,7 @@ def test_the_loops_own_work_between_events_is_not_blamed_on_the_next_call(state)
     state.optimizers[0].step()  # the loop's step: parameters written in place
     engine.run_event(Event.BATCH_END)
     inv = engine.trace.invocations
-    assert list(inv[inv.matched].changed) == ["", "", ""]
+    assert list(inv[inv.matched].changed) == [(), (), ()]
 
 
 def test_an_optimizer_step_inside_a_call_is_a_model_change(state):
@@ -130,7 +130,7 @@ def test_an_optimizer_step_inside_a_call_is_a_model_change(state):
     state.algorithms = [StepInside(), Recorder("next", [Event.AFTER_BACKWARD], [])]
     trace = run(state, [Event.AFTER_BACKWARD])
     ran = trace.invocations.set_index("name").changed.to_dict()
-    assert ran == {"StepInside": "model", "Recorder": ""}  # (the call after it sees the new weights as given)
+    assert ran == {"StepInside": ("model",), "Recorder": ()}  # (the call after it sees the new weights as given)
 
 
 def test_level_all_records_match_calls_that_said_no(state):
@@ -163,7 +163,7 @@ def test_raising_apply_is_recorded_and_the_trace_stays_readable(state):
         engine.run_event(Event.AFTER_FORWARD)
     inv = engine.trace.invocations
     row = inv[inv.matched].iloc[-1]
-    assert row.error == "RuntimeError: boom" and row.changed == "outputs" and pd.isna(row.exit_code)
+    assert row.error == "RuntimeError: boom" and row.changed == ("outputs",) and pd.isna(row.exit_code)
     assert list(engine.trace.events.event) == ["before_forward", "after_forward"]
 
 
@@ -210,3 +210,60 @@ def test_frames_are_rebuilt_only_after_new_rows(state):
     assert engine.trace.events is first
     engine.run_event(Event.BATCH_END)
     assert len(engine.trace.events) == 2
+
+
+# -- exit codes of any type (issue 19.5) ------------------------------------------------------------
+class ReturnsThis(Algorithm):
+    events = frozenset({Event.BEFORE_LOSS})
+
+    def __init__(self, code):
+        self.code = code
+
+    def apply(self, event, state, logger):
+        return self.code
+
+
+class Opaque:
+    def __repr__(self):
+        return "Opaque()"
+
+
+CODES = [3, "skipped: too small", 0.5, True, None, [1, "a"], {"kept": 32}]
+
+
+def test_any_exit_code_is_kept_and_saved(state, tmp_path):
+    state.algorithms = [ReturnsThis(code) for code in CODES] + [ReturnsThis(Opaque())]
+    engine = Engine(state)
+    engine.run_event(Event.BEFORE_LOSS)
+    codes = list(engine.trace.invocations.exit_code)
+    assert codes[:-1] == CODES and isinstance(codes[-1], Opaque)
+    assert type(codes[0]) is int and type(codes[3]) is bool
+    loaded = Trace.load(engine.trace.save(tmp_path / "t")).invocations
+    assert list(loaded.exit_code) == CODES + ["Opaque()"]  # what JSON cannot hold is saved as its repr
+    assert type(list(loaded.exit_code)[0]) is int
+
+
+def test_changed_is_a_tuple_of_field_names_saved_as_a_list_column(state, tmp_path):
+    import pyarrow.parquet as pq
+
+    state.loss = torch.tensor(1.0)
+    state.algorithms = [Smooth(), ScaleLossInPlace()]
+    engine = Engine(state)
+    engine.run_event(Event.BEFORE_LOSS)
+    engine.run_event(Event.AFTER_LOSS)
+    inv = engine.trace.invocations
+    assert list(inv[inv.matched].changed) == [("batch",), ("loss",)]
+    assert list(inv[~inv.matched].changed) == [(), ()]
+    engine.trace.save(tmp_path / "t")
+    schema = pq.read_schema(tmp_path / "t" / "invocations.parquet")
+    assert str(schema.field("changed").type) == "list<element: string>"
+    assert list(Trace.load(tmp_path / "t").invocations.changed) == list(inv.changed)
+
+
+def test_records_are_named(state):
+    state.algorithms = [Smooth()]
+    engine = Engine(state)
+    engine.run_event(Event.BEFORE_LOSS)
+    (event,), (call,) = engine.trace.event_rows, engine.trace.invocation_rows
+    assert isinstance(event, EventRecord) and isinstance(call, InvocationRecord)
+    assert (event.event, call.name, call.exit_code, call.changed) == ("before_loss", "Smooth", 7, ("batch",))
