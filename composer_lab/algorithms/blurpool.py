@@ -6,6 +6,7 @@ wrap the original module, so its weights (the same Parameter objects) keep train
 
 from __future__ import annotations
 
+import warnings
 from typing import Optional
 
 import torch
@@ -14,6 +15,10 @@ from torch import nn
 
 from composer_lab.algorithms.module_surgery import replace_modules
 from composer_lab.algorithms.surgery_algorithm import SurgeryAlgorithm
+from composer_lab.algorithms.warnings import NoEffectWarning
+from composer_lab.core.event import Event
+from composer_lab.core.logger import Logger
+from composer_lab.core.state import State
 
 __all__ = ["BlurPool", "BlurConv2d", "BlurMaxPool2d", "apply_blurpool", "blur_2d"]
 
@@ -76,7 +81,8 @@ def _is_strided(conv: nn.Conv2d) -> bool:
 def apply_blurpool(model: nn.Module, replace_convs: bool = True, replace_maxpools: bool = True,
                    blur_first: bool = True, min_channels: int = 16) -> list[str]:
     """Wrap, in place, the strided ``Conv2d`` with at least ``min_channels`` input channels and
-    every ``MaxPool2d``; returns the names of the replaced modules."""
+    every ``MaxPool2d``; returns the names of the replaced modules (each module once).
+    :class:`~composer_lab.algorithms.warnings.NoEffectWarning` when there was none."""
     def replacement(module: nn.Module) -> Optional[nn.Module]:
         if replace_convs and type(module) is nn.Conv2d and _is_strided(module) \
                 and module.in_channels >= min_channels:
@@ -85,11 +91,26 @@ def apply_blurpool(model: nn.Module, replace_convs: bool = True, replace_maxpool
             return BlurMaxPool2d(module)
         return None
 
-    return replace_modules(model, replacement)
+    replaced = replace_modules(model, replacement)
+    if not replaced:
+        warnings.warn(NoEffectWarning(f"BlurPool changed nothing in {type(model).__name__}: no strided Conv2d with "
+                                      f"at least {min_channels} input channels and no MaxPool2d (replace_convs="
+                                      f"{replace_convs}, replace_maxpools={replace_maxpools})"), stacklevel=2)
+    return replaced
+
+
+def count_blur_layers(model: nn.Module) -> dict[str, float]:
+    """Composer's counts of BlurPool's layers in ``model``, each module once."""
+    modules = list(model.modules())
+    return {"blurpool/num_blurpool_layers": float(sum(isinstance(m, BlurMaxPool2d) for m in modules)),
+            "blurpool/num_blurconv_layers": float(sum(isinstance(m, BlurConv2d) for m in modules))}
 
 
 class BlurPool(SurgeryAlgorithm):
     """Applies :func:`apply_blurpool` at INIT.
+
+    Logs ``BlurPool/num_replaced`` and Composer's ``blurpool/num_blurpool_layers`` and
+    ``blurpool/num_blurconv_layers`` at INIT.
 
     Args:
         replace_convs: blur strided convolutions.
@@ -111,3 +132,9 @@ class BlurPool(SurgeryAlgorithm):
 
     def operate(self, model: nn.Module, optimizers: list) -> list[str]:
         return apply_blurpool(model, self.replace_convs, self.replace_maxpools, self.blur_first, self.min_channels)
+
+    def apply(self, event: Event, state: State, logger: Logger) -> Optional[int]:
+        """The surgery, then Composer's layer counts (which it logs as hyperparameters) as metrics at INIT."""
+        super().apply(event, state, logger)
+        logger.log_metrics(count_blur_layers(state.model))
+        return None

@@ -9,7 +9,8 @@ from torch import nn
 import composer_lab.functional as cf
 from composer_lab.algorithms import BlurPool, ChannelsLast, FusedLayerNorm, GatedLinearUnits
 from composer_lab.algorithms import fused_layernorm
-from composer_lab.algorithms.blurpool import BlurConv2d, BlurMaxPool2d
+from composer_lab.algorithms.blurpool import BlurConv2d, BlurMaxPool2d, blur_2d
+from composer_lab.algorithms.warnings import NoEffectWarning
 from composer_lab.core import Engine, Event, State
 
 from algo_helpers import make_state
@@ -37,7 +38,8 @@ def test_blurpool_replaces_exactly_the_strided_convs_and_pools_keeping_weights()
 
 def test_blurpool_leaves_narrow_convs_and_honours_switches():
     narrow = nn.Sequential(nn.Conv2d(3, 3, 3, stride=2))
-    assert cf.apply_blurpool(narrow) == []
+    with pytest.warns(NoEffectWarning, match="BlurPool changed nothing in Sequential"):
+        assert cf.apply_blurpool(narrow) == []
     model = conv_net()
     assert cf.apply_blurpool(model, replace_maxpools=False) == ["1", "5"]
     with pytest.raises(ValueError, match="does nothing"):
@@ -52,6 +54,58 @@ def test_blur_conv_blurs_a_constant_image_to_the_same_conv_output(blur_first):
     blurred = BlurConv2d(conv, blur_first)(x)
     assert blurred.shape == conv(x).shape if blur_first else True
     assert torch.allclose(blurred[..., 1:-1, 1:-1], expected, atol=1e-5)  # interior: blur of a constant
+
+
+def shared_conv_net(blur_first_alias: str) -> nn.Module:
+    conv = nn.Conv2d(16, 16, 3, stride=2, padding=1)
+    if blur_first_alias == "sequential":
+        return nn.Sequential(conv, nn.ReLU(), conv)  # the same conv twice
+
+    class Aliased(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.down = conv
+            self.again = conv  # an attribute alias of the same module
+
+        def forward(self, x):
+            return self.again(torch.relu(self.down(x)))
+
+    return Aliased()
+
+
+@pytest.mark.parametrize("alias", ["sequential", "attribute"])
+@pytest.mark.parametrize("blur_first", [True, False])
+def test_a_module_reachable_under_two_names_is_wrapped_once(alias, blur_first):
+    model = shared_conv_net(alias)
+    conv = next(m for m in model.modules() if isinstance(m, nn.Conv2d))
+    weight, bias = conv.weight.detach().clone(), conv.bias.detach().clone()
+    x = torch.randn(2, 16, 16, 16)
+    replaced = cf.apply_blurpool(model, blur_first=blur_first)
+    assert len(replaced) == 1
+    wrappers = [m for m in model.modules() if isinstance(m, BlurConv2d)]
+    assert len(wrappers) == 1 and wrappers[0].conv is conv
+    assert conv.stride == ((2, 2) if blur_first else (1, 1))
+
+    def blurred_conv(t):  # the direct computation of one blurred strided convolution
+        if blur_first:
+            return nn.functional.conv2d(blur_2d(t, 1), weight, bias, stride=2, padding=1)
+        return blur_2d(nn.functional.conv2d(t, weight, bias, stride=1, padding=1), 2)
+
+    assert torch.allclose(model(x), blurred_conv(torch.relu(blurred_conv(x))), atol=1e-5)
+
+
+def test_blurpool_algorithm_logs_composers_layer_counts_once_each():
+    model = shared_conv_net("sequential")
+    model.append(nn.MaxPool2d(2))
+    state, engine = make_state(model, (torch.randn(2, 16, 16, 16), torch.zeros(2)), [BlurPool()])
+    metrics = engine.logger.metrics.set_index("name").value
+    assert metrics["BlurPool/num_replaced"] == 2
+    assert metrics["blurpool/num_blurconv_layers"] == 1 and metrics["blurpool/num_blurpool_layers"] == 1
+
+
+def test_blurpool_algorithm_warns_when_it_changes_nothing():
+    with pytest.warns(NoEffectWarning, match="no strided Conv2d with at least 16 input channels"):
+        make_state(nn.Sequential(nn.Conv2d(3, 3, 3)), (torch.randn(2, 3, 8, 8), torch.zeros(2)), [BlurPool()])
 
 
 def test_blurpool_algorithm_changes_the_model_at_init_and_is_traced():
