@@ -39,8 +39,12 @@ def resize_batch(input: torch.Tensor, target: Any, scale_factor: float, mode: st
                  resize_targets: bool = False, size_increment: int = 1,
                  generator: Optional[torch.Generator] = None) -> tuple[torch.Tensor, Any]:
     """Images (N, C, H, W) scaled by ``scale_factor``: interpolated ('resize') or a random crop
-    shared by the batch ('crop', offsets from the CPU ``generator``). With ``resize_targets``
-    (segmentation masks) the targets get the same treatment."""
+    shared by the batch ('crop', offsets from the CPU ``generator``).
+
+    With ``resize_targets`` (segmentation masks, (N, H', W') or (N, C, H', W')) the targets get
+    the same treatment at their own resolution: scaled by the inputs' factor, and cropped at
+    the same place of the image, their offsets scaled by ``H' / H`` (as Composer does).
+    """
     check_fraction("scale_factor", scale_factor, low_open=True)
     check_choice("mode", mode, RESIZE_MODES)
     if input.dim() != 4:
@@ -49,20 +53,29 @@ def resize_batch(input: torch.Tensor, target: Any, scale_factor: float, mode: st
     new_h, new_w = scaled_size(height, scale_factor, size_increment), scaled_size(width, scale_factor, size_increment)
     if (new_h, new_w) == (height, width):
         return input, target
-    if mode == "resize":
-        def change(t: torch.Tensor) -> torch.Tensor:
-            t4 = t if t.dim() == 4 else t.unsqueeze(1)
-            out = F.interpolate(t4.float() if not t4.is_floating_point() else t4, size=(new_h, new_w),
-                                mode="bilinear" if t4.is_floating_point() else "nearest")
-            out = out.to(t.dtype)
-            return out if t.dim() == 4 else out.squeeze(1)
-    else:
+    top = left = 0
+    if mode == "crop":
         top = int(torch.randint(height - new_h + 1, (), generator=generator))
         left = int(torch.randint(width - new_w + 1, (), generator=generator))
 
-        def change(t: torch.Tensor) -> torch.Tensor:
-            return t[..., top:top + new_h, left:left + new_w]
+    def change(t: torch.Tensor) -> torch.Tensor:
+        """``t`` resized or cropped at its own resolution (the input's own sizes for the input)."""
+        t_h, t_w = t.shape[-2:]
+        size = (round(t_h * new_h / height), round(t_w * new_w / width))
+        if mode == "resize":
+            return _interpolate(t, size)
+        t_top, t_left = top * t_h // height, left * t_w // width
+        return t[..., t_top:t_top + size[0], t_left:t_left + size[1]]
+
     return change(input), change(target) if resize_targets else target
+
+
+def _interpolate(t: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    """(N, C, H, W) or (N, H, W) at ``size``: bilinear for floats, nearest for class indices."""
+    t4 = t if t.dim() == 4 else t.unsqueeze(1)
+    out = F.interpolate(t4 if t4.is_floating_point() else t4.float(), size=size,
+                        mode="bilinear" if t4.is_floating_point() else "nearest").to(t.dtype)
+    return out if t.dim() == 4 else out.squeeze(1)
 
 
 class ProgressiveResizing(Algorithm):

@@ -131,6 +131,45 @@ def test_progressive_resizing_algorithm_follows_the_schedule(images):
     assert state.batch[0].shape[-2:] == (8, 8)
 
 
+def coordinate_images(n: int = 3, side: int = 16) -> tuple[torch.Tensor, torch.Tensor]:
+    """Images whose pixel (y, x) holds ``100 y + x``, and masks at twice their resolution whose
+    pixel (Y, X) holds the image pixel it covers, ``100 (Y // 2) + X // 2``."""
+    ys, xs = torch.meshgrid(torch.arange(side), torch.arange(side), indexing="ij")
+    image = (100 * ys + xs).float().expand(n, 1, side, side).contiguous()
+    mask = image[:, 0].long().repeat_interleave(2, dim=1).repeat_interleave(2, dim=2)
+    return image, mask
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_progressive_resizing_crops_targets_at_their_own_resolution(seed):
+    image, mask = coordinate_images()
+    crop, mask_crop = cf.resize_batch(image, mask, 0.5, mode="crop", resize_targets=True,
+                                      generator=torch.Generator().manual_seed(seed))
+    assert crop.shape[-2:] == (8, 8) and mask_crop.shape[-2:] == (16, 16)
+    assert torch.equal(mask_crop[:, ::2, ::2], crop[:, 0].long())  # the same part of the picture
+    assert torch.equal(mask_crop[:, 1::2, 1::2], crop[:, 0].long())
+
+
+def test_progressive_resizing_resizes_targets_by_the_inputs_factor():
+    image, mask = coordinate_images()
+    small, mask_small = cf.resize_batch(image, mask, 0.5, resize_targets=True)
+    assert small.shape[-2:] == (8, 8) and mask_small.shape[-2:] == (16, 16)
+    assert mask_small.dtype == torch.long and torch.equal(mask_small, mask[:, ::2, ::2])
+    per_class = torch.nn.functional.one_hot(mask % 7, 7).permute(0, 3, 1, 2).float()  # (N, C, 32, 32)
+    _, values_small = cf.resize_batch(image, per_class, 0.5, resize_targets=True)
+    assert values_small.shape == (3, 7, 16, 16)
+
+
+def test_progressive_resizing_algorithm_crops_masks_with_the_images():
+    image, mask = coordinate_images()
+    state, engine = make_state(nn.Conv2d(1, 2, 1), (image, mask),
+                               [ProgressiveResizing(mode="crop", size_increment=2, resize_targets=True)],
+                               max_duration="10ba")
+    engine.run_event(Event.AFTER_DATALOADER)
+    crop, mask_crop = state.batch
+    assert crop.shape[-2:] == (8, 8) and torch.equal(mask_crop[:, ::2, ::2], crop[:, 0].long())
+
+
 def test_randaugment_changes_images_and_keeps_shape():
     gen = torch.Generator().manual_seed(0)
     img = torch.rand(3, 16, 16)
