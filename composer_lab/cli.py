@@ -27,9 +27,10 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="train an experiment and write a run folder",
                               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    run.add_argument("--data", default="digits", choices=["digits", "synthetic", "cifar10"],
-                     help="dataset (cifar10 reads data/cifar-10-batches-py)")
-    run.add_argument("--model", default="cnn", choices=["cnn", "mlp", "resnet"])
+    run.add_argument("--data", default="digits", choices=["digits", "synthetic", "cifar10", "text"],
+                     help="dataset (cifar10 reads data/cifar-10-batches-py; text: characters of Python's "
+                          "standard library, for --model gpt)")
+    run.add_argument("--model", default="cnn", choices=["cnn", "mlp", "resnet", "gpt"])
     run.add_argument("--algorithms", default=DEFAULT_ALGORITHMS,
                      help="comma-separated snake_case names, or 'none'")
     run.add_argument("--epochs", type=int, default=6)
@@ -94,6 +95,8 @@ def _build_model(name: str, example: torch.Tensor, num_classes: int) -> torch.nn
 
     if name == "mlp":
         return MODELS[name](in_features=example.numel(), num_classes=num_classes)
+    if name == "gpt":
+        return MODELS[name](vocab_size=num_classes, max_sequence_length=example.shape[0])
     return MODELS[name](in_channels=example.shape[0], num_classes=num_classes)
 
 
@@ -104,6 +107,9 @@ def _summary(trainer: Any, seconds: float, folder: Path) -> str:
     lines = [f"run {trainer.state.run_name}: {ts.epoch} epochs, {ts.batch} batches, {ts.sample} samples "
              f"trained in {seconds:.1f} s",
              f"eval accuracy: {accuracy.iloc[-1]:.4f}" if len(accuracy) else "eval accuracy: n/a"]
+    eval_loss = metrics.loc[metrics["name"] == "loss/eval", "value"]
+    if len(eval_loss) and not len(accuracy):
+        lines.append(f"eval loss: {eval_loss.iloc[-1]:.4f}")
     calls = trainer.trace.invocations
     if len(calls):
         ran = calls[calls["matched"] & (calls["kind"] == "algorithm")]
@@ -125,18 +131,25 @@ def _save_plots(run: Any, folder: Path) -> None:
 def run_command(args: argparse.Namespace) -> int:
     """Train the experiment ``args`` describe, save its run folder, print a summary."""
     from composer_lab.data import DATASETS
+    from composer_lab.models import language_model_loss
     from composer_lab.trainer import Trainer
     from composer_lab.trainer.rng import seed_all
 
+    if (args.data == "text") != (args.model == "gpt"):
+        raise ValueError(f"--data {args.data} --model {args.model} do not go together: the language model reads "
+                         f"text and the text needs it; use --data text --model gpt, or an image dataset with "
+                         f"cnn, mlp or resnet")
     algorithms = parse_algorithms(args.algorithms, fixed_input_size=args.model == "mlp")
     seed_all(args.seed)
     train, evaluation = DATASETS[args.data](batch_size=args.batch_size)
     x, y = train.dataset[0]
-    num_classes = int(train.dataset.tensors[1].max()) + 1 if hasattr(train.dataset, "tensors") else 10
+    num_classes = (int(train.dataset.tensors[1].max()) + 1 if hasattr(train.dataset, "tensors")
+                   else getattr(train.dataset, "vocab_size", 10))
     model = _build_model(args.model, x, num_classes)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9, weight_decay=5e-4)
     folder = Path(args.runs_dir)
-    trainer = Trainer(model, train, f"{args.epochs}ep", loss_fn=torch.nn.functional.cross_entropy,
+    loss_fn = language_model_loss if args.model == "gpt" else torch.nn.functional.cross_entropy
+    trainer = Trainer(model, train, f"{args.epochs}ep", loss_fn=loss_fn,
                       optimizers=optimizer, eval_dataloader=evaluation, algorithms=algorithms,
                       device=args.device, precision=args.precision,
                       device_train_microbatch_size=args.microbatch_size, seed=args.seed, trace=args.trace,

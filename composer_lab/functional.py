@@ -1,5 +1,6 @@
 """The algorithms' functional forms, for plain PyTorch loops: ``import composer_lab.functional as cf``."""
 
+from composer_lab.algorithms.alibi import apply_alibi
 from composer_lab.algorithms.blurpool import apply_blurpool
 from composer_lab.algorithms.channels_last import apply_channels_last
 from composer_lab.algorithms.cutmix import cutmix, cutmix_batch
@@ -17,7 +18,7 @@ from composer_lab.algorithms.random_subset import select_random_subset
 from composer_lab.algorithms.selective_backprop import select_using_loss, should_selective_backprop
 
 __all__ = [
-    "apply_blurpool", "apply_channels_last", "apply_fused_layernorm", "apply_gated_linear_units",
+    "apply_alibi", "apply_blurpool", "apply_channels_last", "apply_fused_layernorm", "apply_gated_linear_units",
     "apply_gradient_clipping", "compute_ema", "cutmix", "cutmix_batch", "cutout_batch", "freeze_layers", "mixup_batch",
     "randaugment", "randaugment_image", "resize_batch", "select_random_subset", "select_using_loss",
     "should_selective_backprop", "smooth_labels",

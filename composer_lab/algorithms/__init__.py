@@ -3,6 +3,7 @@
 ``ALGORITHMS`` maps snake_case names (as the command line takes them) to the classes.
 """
 
+from composer_lab.algorithms.alibi import Alibi
 from composer_lab.algorithms.blurpool import BlurPool
 from composer_lab.algorithms.channels_last import ChannelsLast
 from composer_lab.algorithms.cutmix import CutMix
@@ -35,6 +36,7 @@ ALGORITHMS = {
     "gated_linear_units": GatedLinearUnits,
     "fused_layernorm": FusedLayerNorm,
     "randaugment": RandAugment,
+    "alibi": Alibi,
 }
 
 __all__ = [cls.__name__ for cls in ALGORITHMS.values()] + ["ALGORITHMS"]
