@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import datetime
 import re
 from dataclasses import dataclass
 from decimal import Decimal
 from enum import Enum
-from typing import Union
+from typing import Any, Optional, Union
 
 __all__ = ["TimeUnit", "Time", "Timestamp", "ensure_time"]
 
@@ -30,10 +31,16 @@ _TIMESTRING = re.compile(r"^(\d+(?:\.\d+)?)(ep|ba|sp|dur)$")
 _EXAMPLES = "'3ep', '120ba', '4096sp' or '0.5dur'"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Time:
     """An amount of training time: an integer count of epochs, batches or samples, or a
-    fraction in (0, 1] of the whole run (unit 'dur')."""
+    fraction in [0, 1] of the whole run (unit 'dur').
+
+    As in Composer, Times of one unit add, subtract and compare (also with a plain number, read
+    in the same unit, or a time string), a Time multiplies or divides by a number (counts are
+    truncated to whole numbers) and by a 'dur' Time (``Time(10, 'ep') * Time(0.5, 'dur')`` is 5
+    epochs). Mixing units raises ValueError; ``==`` across units is False.
+    """
 
     value: Union[int, float]
     unit: TimeUnit
@@ -51,6 +58,26 @@ class Time:
                 raise ValueError(f"a time in '{unit.value}' is a whole number >= 0, got {self.value!r}; "
                                  f"write e.g. {_EXAMPLES}")
             object.__setattr__(self, "value", int(self.value))
+
+    @classmethod
+    def from_epoch(cls, epoch: int) -> "Time":
+        """``Time(epoch, 'ep')``."""
+        return cls(epoch, TimeUnit.EPOCH)
+
+    @classmethod
+    def from_batch(cls, batch: int) -> "Time":
+        """``Time(batch, 'ba')``."""
+        return cls(batch, TimeUnit.BATCH)
+
+    @classmethod
+    def from_sample(cls, sample: int) -> "Time":
+        """``Time(sample, 'sp')``."""
+        return cls(sample, TimeUnit.SAMPLE)
+
+    @classmethod
+    def from_duration(cls, duration: float) -> "Time":
+        """``Time(duration, 'dur')``: a fraction of the run."""
+        return cls(duration, TimeUnit.DURATION)
 
     @classmethod
     def from_timestring(cls, text: str) -> "Time":
@@ -71,6 +98,91 @@ class Time:
         # Positional notation, so that the string parses back: 1e-05 is written 0.00001.
         return f"{format(Decimal(repr(self.value)), 'f')}{self.unit.value}"
 
+    def to_timestring(self) -> str:
+        """The time string, e.g. '5ep' (what :meth:`from_timestring` reads)."""
+        return str(self)
+
+    def __int__(self) -> int:
+        return int(self.value)
+
+    def __float__(self) -> float:
+        return float(self.value)
+
+    def __hash__(self) -> int:
+        return hash((self.value, self.unit))
+
+    # -- arithmetic and comparison, as in Composer ------------------------------------------------
+    def _same_unit(self, other: Any, verb: str) -> "Time":
+        """``other`` as a Time in this unit (a number is read in it, a string parsed); a Time of
+        another unit is a ValueError naming ``verb``."""
+        if isinstance(other, (int, float)) and not isinstance(other, bool):
+            other = Time(other, self.unit)
+        elif isinstance(other, str):
+            other = Time.from_timestring(other)
+        elif not isinstance(other, Time):
+            raise TypeError(f"cannot {verb} {self} and {type(other).__name__} {other!r}; give a Time, a time "
+                            f"string such as '3ep', or a number (read in '{self.unit.value}')")
+        if other.unit is not self.unit:
+            raise ValueError(f"cannot {verb} {self} and {other}: their units differ ('{self.unit.value}' and "
+                             f"'{other.unit.value}'); convert one first, e.g. with State.get_elapsed_duration() "
+                             f"or Timestamp.get(unit)")
+        return other
+
+    def __eq__(self, other: Any) -> bool:
+        if isinstance(other, Time) and other.unit is not self.unit:
+            return False  # (Composer raises here; == across units is simply False)
+        if not isinstance(other, (Time, str, int, float)):
+            return NotImplemented
+        try:
+            return self.value == self._same_unit(other, "compare").value
+        except (TypeError, ValueError):  # a string that is no time, or one in another unit
+            return False
+
+    def __lt__(self, other: Any) -> bool:
+        return self.value < self._same_unit(other, "compare").value
+
+    def __le__(self, other: Any) -> bool:
+        return self.value <= self._same_unit(other, "compare").value
+
+    def __gt__(self, other: Any) -> bool:
+        return self.value > self._same_unit(other, "compare").value
+
+    def __ge__(self, other: Any) -> bool:
+        return self.value >= self._same_unit(other, "compare").value
+
+    def __add__(self, other: Any) -> "Time":
+        return Time(self.value + self._same_unit(other, "add").value, self.unit)
+
+    __radd__ = __add__
+
+    def __sub__(self, other: Any) -> "Time":
+        return Time(self.value - self._same_unit(other, "subtract").value, self.unit)
+
+    def __rsub__(self, other: Any) -> "Time":
+        return Time(self._same_unit(other, "subtract").value - self.value, self.unit)
+
+    def __mul__(self, other: Any) -> "Time":
+        if isinstance(other, Time):
+            if TimeUnit.DURATION not in (self.unit, other.unit):
+                raise ValueError(f"cannot multiply {self} by {other}: one of them must be a fraction of the run "
+                                 f"('dur'), e.g. Time(10, 'ep') * Time(0.5, 'dur')")
+            scaled, factor = (self, other) if other.unit is TimeUnit.DURATION else (other, self)
+            return scaled * factor.value
+        if not isinstance(other, (int, float)) or isinstance(other, bool):
+            return NotImplemented
+        return Time(self._scaled(self.value * other), self.unit)
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, other: Any) -> "Time":
+        if not isinstance(other, (int, float)) or isinstance(other, bool):
+            return NotImplemented
+        return Time(self._scaled(self.value / other), self.unit)
+
+    def _scaled(self, value: float) -> Union[int, float]:
+        """A scaled value in this unit: counts truncated to whole numbers (as Composer does)."""
+        return float(value) if self.unit is TimeUnit.DURATION else int(value)
+
 
 def ensure_time(value: Union[str, Time], name: str = "duration") -> Time:
     """Return ``value`` as a :class:`Time`, parsing strings; the error names the argument."""
@@ -82,15 +194,23 @@ def ensure_time(value: Union[str, Time], name: str = "duration") -> Time:
         raise type(err)(f"{name}: {err}") from None
 
 
+_NO_TIME = datetime.timedelta(0)
+
+
 @dataclass(frozen=True)
 class Timestamp:
-    """Where training stands: completed epochs, batches and samples, overall and in the epoch."""
+    """Where training stands: completed epochs, batches and samples, overall and in the epoch,
+    and the wall-clock time of the run, of the epoch and of the last batch (Composer's fields,
+    less tokens). Like Composer's, it is never changed in place: ``to_next_*`` return new ones."""
 
     epoch: int = 0
     batch: int = 0
     sample: int = 0
     batch_in_epoch: int = 0
     sample_in_epoch: int = 0
+    total_wct: datetime.timedelta = _NO_TIME
+    epoch_wct: datetime.timedelta = _NO_TIME
+    batch_wct: datetime.timedelta = _NO_TIME
 
     def get(self, unit: TimeUnit) -> int:
         """The count in ``unit`` (epochs, batches or samples)."""
@@ -103,21 +223,29 @@ class Timestamp:
         return getattr(self, field)
 
     # Built directly rather than with dataclasses.replace: these run every batch.
-    def to_next_batch(self, samples: int) -> "Timestamp":
-        """The timestamp after one more batch of ``samples`` examples."""
+    def to_next_batch(self, samples: Union[int, Time] = 0,
+                      duration: Optional[datetime.timedelta] = None) -> "Timestamp":
+        """The timestamp after one more batch of ``samples`` examples that took ``duration``."""
+        samples = int(samples)
+        if duration is None:
+            return Timestamp(self.epoch, self.batch + 1, self.sample + samples, self.batch_in_epoch + 1,
+                             self.sample_in_epoch + samples, self.total_wct, self.epoch_wct, self.batch_wct)
         return Timestamp(self.epoch, self.batch + 1, self.sample + samples, self.batch_in_epoch + 1,
-                         self.sample_in_epoch + samples)
+                         self.sample_in_epoch + samples, self.total_wct + duration, self.epoch_wct + duration,
+                         duration)
 
-    def to_next_epoch(self) -> "Timestamp":
-        """The timestamp at the start of the next epoch."""
-        return Timestamp(self.epoch + 1, self.batch, self.sample, 0, 0)
+    def to_next_epoch(self, duration: Optional[datetime.timedelta] = None) -> "Timestamp":
+        """The timestamp at the start of the next epoch (in-epoch counts and clock back to 0)."""
+        total = self.total_wct if duration is None else self.total_wct + duration
+        return Timestamp(self.epoch + 1, self.batch, self.sample, 0, 0, total, _NO_TIME, self.batch_wct)
 
     def state_dict(self) -> dict:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+        """The fields as plain numbers (clock times in seconds), for a checkpoint."""
+        return {k: v.total_seconds() if isinstance(v, datetime.timedelta) else v for k, v in vars(self).items()}
 
     @classmethod
     def from_state_dict(cls, state: dict) -> "Timestamp":
-        return cls(**state)
+        return cls(**{k: datetime.timedelta(seconds=v) if k.endswith("_wct") else v for k, v in state.items()})
 
 
 _FIELD_OF_UNIT = {TimeUnit.EPOCH: "epoch", TimeUnit.BATCH: "batch", TimeUnit.SAMPLE: "sample"}

@@ -1,5 +1,7 @@
 """Durations and timestamps."""
 
+import datetime
+
 import pytest
 import torch
 
@@ -57,3 +59,57 @@ def test_elapsed_duration_moves_every_batch_of_an_epoch_run():
 def test_max_duration_cannot_be_a_fraction():
     with pytest.raises(ValueError, match="max_duration"):
         State(torch.nn.Linear(1, 1), "0.5dur")
+
+
+# -- Composer's Time arithmetic and comparison --------------------------------------------------------
+def test_from_constructors():
+    assert Time.from_epoch(3) == Time(3, "ep") and Time.from_batch(120).unit is TimeUnit.BATCH
+    assert Time.from_sample(64) == Time(64, "sp") and Time.from_duration(0.5) == Time(0.5, "dur")
+    assert Time.from_epoch(5).to_timestring() == "5ep"
+
+
+def test_times_of_one_unit_add_subtract_and_compare():
+    assert Time(1, "ep") + Time(2, "ep") == Time(3, "ep")
+    assert Time(5, "ba") - "2ba" == Time(3, "ba") and 10 - Time(4, "ba") == Time(6, "ba")
+    assert sum([Time(1, "ep"), Time(2, "ep")]) == Time(3, "ep")
+    assert Time(3, "ep") < Time(4, "ep") <= "4ep" and Time(4, "ba") > 3 and Time(4, "ba") >= 4
+    assert Time(4, "ba") == 4 and Time(4, "ba") == "4ba" and Time(4, "ba") != Time(4, "ep")
+    assert Time(4, "ba") != "not a time" and len({Time(4, "ba"), Time(4, "ba"), Time(4, "ep")}) == 2
+    assert int(Time(4, "ba")) == 4 and float(Time(0.25, "dur")) == 0.25
+
+
+def test_times_scale_by_numbers_and_fractions_of_the_run():
+    assert Time(2, "ep") * 0.5 == Time(1, "ep") and 3 * Time(2, "ba") == Time(6, "ba")
+    assert Time(3, "ep") * 0.5 == Time(1, "ep")  # counts truncate, as in Composer
+    assert Time(10, "ep") * Time(0.5, "dur") == Time(5, "ep") == Time(0.5, "dur") * Time(10, "ep")
+    assert Time(4, "ep") / 2 == Time(2, "ep") and (Time(4, "ep") / 2).value.__class__ is int
+    assert Time(0.5, "dur") * 0.5 == Time(0.25, "dur")
+
+
+@pytest.mark.parametrize("operation", [
+    lambda: Time(1, "ep") + Time(1, "ba"), lambda: Time(1, "ep") - "1ba", lambda: Time(1, "ep") < Time(2, "ba"),
+    lambda: Time(1, "ep") >= "1sp", lambda: Time(2, "ep") * Time(3, "ba"),
+])
+def test_mixing_units_is_a_value_error_naming_both(operation):
+    with pytest.raises(ValueError, match="units differ|must be a fraction of the run"):
+        operation()
+
+
+def test_arithmetic_with_something_else_is_a_type_error():
+    with pytest.raises(TypeError, match="give a Time"):
+        Time(1, "ep") + [1]
+    with pytest.raises(TypeError):
+        Time(1, "ep") * "2"
+
+
+def test_timestamp_fields_and_wall_clock():
+    second = datetime.timedelta(seconds=1)
+    ts = Timestamp().to_next_batch(8, duration=second).to_next_batch(Time(8, "sp"), duration=2 * second)
+    assert (ts.batch, ts.sample, ts.total_wct, ts.epoch_wct, ts.batch_wct) == (2, 16, 3 * second, 3 * second,
+                                                                              2 * second)
+    ts = ts.to_next_epoch()
+    assert (ts.epoch, ts.batch_in_epoch, ts.sample_in_epoch, ts.epoch_wct, ts.total_wct) == (
+        1, 0, 0, datetime.timedelta(0), 3 * second)
+    assert Timestamp().to_next_batch().batch == 1  # samples default to 0, as in Composer
+    saved = ts.state_dict()
+    assert saved["total_wct"] == 3.0 and Timestamp.from_state_dict(saved) == ts
