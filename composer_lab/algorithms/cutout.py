@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 import torch
+from PIL import Image
+from torchvision.transforms.v2 import functional as TF
 
 from composer_lab.algorithms.validation import check_positive
 from composer_lab.core.algorithm import Algorithm
@@ -21,13 +23,22 @@ def hole_length(length: Union[int, float], height: int, width: int) -> int:
     return int(length) if length >= 1 else max(1, int(length * min(height, width)))
 
 
-def cutout_batch(input: torch.Tensor, num_holes: int = 1, length: Union[int, float] = 0.5,
-                 generator: Optional[torch.Generator] = None) -> torch.Tensor:
-    """Images (N, C, H, W) with ``num_holes`` squares of side ``length`` zeroed in each, centred
-    at uniformly drawn pixels (clipped at the borders). ``generator`` must be on the input's device."""
+def cutout_batch(input: Any, num_holes: int = 1, length: Union[int, float] = 0.5,
+                 generator: Optional[torch.Generator] = None) -> Any:
+    """Images with ``num_holes`` squares of side ``length`` zeroed in each, centred at uniformly
+    drawn pixels (clipped at the borders); ``generator`` must be on the input's device.
+
+    Takes a batch (N, C, H, W), a single image (C, H, W) or a PIL image, as Composer's does,
+    and returns the same kind.
+    """
     check_positive("num_holes", num_holes, integer=True)
-    if input.dim() != 4:
-        raise ValueError(f"CutOut needs images (N, C, H, W), got shape {tuple(input.shape)}")
+    if isinstance(input, Image.Image):
+        return TF.to_pil_image(cutout_batch(TF.pil_to_tensor(input), num_holes, length, generator), mode=input.mode)
+    if not isinstance(input, torch.Tensor) or input.dim() not in (3, 4):
+        shape = tuple(input.shape) if isinstance(input, torch.Tensor) else type(input).__name__
+        raise ValueError(f"CutOut needs images (N, C, H, W), one image (C, H, W) or a PIL image, got {shape}")
+    if input.dim() == 3:
+        return cutout_batch(input.unsqueeze(0), num_holes, length, generator)[0]
     n, _, height, width = input.shape
     side = hole_length(length, height, width)
     centres = torch.rand(2, n, num_holes, 1, device=input.device, generator=generator)

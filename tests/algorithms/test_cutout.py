@@ -1,7 +1,9 @@
 """CutOut: square holes of zeros, one per image by default."""
 
+import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 import composer_lab.functional as cf
 from composer_lab.algorithms import CutOut
@@ -36,3 +38,23 @@ def test_cutout_algorithm_changes_inputs_only(images):
     state, engine = make_state(TinyCNN(), images, [CutOut(num_holes=2, length=3)])
     engine.run_event(Event.AFTER_DATALOADER)
     assert (state.batch[0] == 0).any() and state.batch[1] is y and not (x == 0).any()
+
+
+def test_cutout_takes_a_single_image_and_gives_one_back():
+    image = torch.ones(3, 10, 10)
+    gen_a, gen_b = torch.Generator().manual_seed(4), torch.Generator().manual_seed(4)
+    out = cf.cutout_batch(image, length=4, generator=gen_a)
+    assert out.shape == (3, 10, 10) and (out == 0).any()
+    assert torch.equal(out, cf.cutout_batch(image[None], length=4, generator=gen_b)[0])
+
+
+@pytest.mark.parametrize("mode", ["RGB", "L"])
+def test_cutout_takes_a_pil_image_and_gives_one_back(mode):
+    pixels = np.full((12, 12, 3) if mode == "RGB" else (12, 12), 200, dtype=np.uint8)
+    image = Image.fromarray(pixels, mode=mode)
+    out = cf.cutout_batch(image, length=4, generator=torch.Generator().manual_seed(0))
+    assert isinstance(out, Image.Image) and out.mode == mode and out.size == image.size
+    array = np.asarray(out)
+    assert (array == 0).any() and (array == 200).any() and set(np.unique(array)) == {0, 200}
+    with pytest.raises(ValueError, match="a PIL image, got str"):
+        cf.cutout_batch("image.png")
