@@ -118,12 +118,12 @@ class Sweep:
             future.add_done_callback(finished.put)
         left = len(futures)
         while left:
+            if stop.is_set():
+                _cancel(futures)
+                return
             try:
                 future = finished.get(timeout=0.1)
             except queue.Empty:
-                if stop.is_set():
-                    _cancel(futures)
-                    return
                 continue
             left -= 1
             if future.cancelled():

@@ -1,0 +1,179 @@
+"""The sweep panel: choose algorithms, seeds and workers, run a :class:`~composer_lab.explore.Sweep`
+in the background, and watch the ranking fill in as runs finish.
+
+The sweep runs in a daemon thread (so the Stop button's click reaches the kernel); each
+finished run moves the progress bar and redraws the ranking table and plot, by assigning
+widget values only. Stop cancels the runs that have not started and keeps the finished ones
+(they are saved in the sweep folder: start again to resume). Await the handle in a notebook
+(``await panel.start()``); ``handle.wait()`` blocks, for scripts and tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any, Callable, Generator, Optional, Sequence, Union
+
+import ipywidgets as widgets
+
+from composer_lab.core.algorithm import Algorithm
+from composer_lab.explore import Sweep, algorithm_names, local_pool
+from composer_lab.explore.executors import default_workers
+from composer_lab.explore.sweep import DEFAULT_METRIC
+from composer_lab.lab.plots import figure_png
+
+__all__ = ["SweepPanel", "SweepHandle"]
+
+
+class SweepHandle:
+    """One ``sweep.run()`` in a background thread: stop it, wait for it, await it. A failure in
+    the thread is re-raised by :meth:`wait` and by awaiting the handle."""
+
+    def __init__(self, sweep: Sweep, on_result: Callable[[dict], None],
+                 on_done: Callable[[], None], shutdown: Optional[Callable[[], None]] = None) -> None:
+        self.sweep = sweep
+        self.error: Optional[BaseException] = None
+        self._stop = threading.Event()
+        self._done = threading.Event()
+        self._on_result, self._on_done, self._shutdown = on_result, on_done, shutdown
+        self._thread = threading.Thread(target=self._run, name="composer_lab-sweep", daemon=True)
+
+    def start(self) -> "SweepHandle":
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            self.sweep.run(on_result=self._on_result, stop=self._stop)
+        except BaseException as err:  # kept for wait() / await, which re-raise it in the notebook
+            self.error = err
+        finally:
+            if self._shutdown is not None:
+                self._shutdown()
+            self._on_done()
+            self._done.set()
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def stop(self) -> None:
+        """Cancel the runs that have not started; the finished ones stay in the folder."""
+        self._stop.set()
+
+    def wait(self, timeout: Optional[float] = None) -> None:
+        """Block until the sweep ends; re-raise its failure."""
+        self._done.wait(timeout)
+        if self.error is not None:
+            raise self.error
+
+    def __await__(self) -> Generator[Any, None, None]:
+        async def finish() -> None:
+            while not self._done.is_set():
+                await asyncio.sleep(0.05)
+            self.wait()
+        return finish().__await__()
+
+
+class SweepPanel(widgets.VBox):
+    """Widgets around :class:`~composer_lab.explore.Sweep`.
+
+    Args:
+        make_trainer: the factory ``(algorithms, seed) -> Trainer``.
+        algorithms: the algorithms offered, each with a checkbox (all checked at first).
+        seeds: the number of seeds shown at first. workers: local worker processes (default: one per core).
+        metric: the metric ranked.
+        folder: where sweeps go: one subfolder per choice of algorithms, so starting again with
+            the same choice resumes (None: a new temporary folder).
+        executor: train there instead of a local pool (a Dask ``Client``); the workers box is then ignored.
+    """
+
+    def __init__(self, make_trainer: Callable[[list, int], Any], algorithms: Sequence[Algorithm], seeds: int = 5,
+                 workers: Optional[int] = None, metric: str = DEFAULT_METRIC,
+                 folder: Union[str, Path, None] = None, executor: Any = None) -> None:
+        self.make_trainer, self.algorithms, self.metric, self.executor = make_trainer, list(algorithms), metric, executor
+        self.folder = Path(folder) if folder is not None else Path(tempfile.mkdtemp(prefix="sweeps-"))
+        self.checks = [widgets.Checkbox(value=True, description=name, indent=False)
+                       for name in algorithm_names(self.algorithms)]
+        self.seeds = widgets.BoundedIntText(value=seeds, min=1, max=1000, description="seeds")
+        self.workers = widgets.BoundedIntText(value=workers or default_workers(), min=1, max=512,
+                                              description="workers", disabled=executor is not None)
+        self.run_button = widgets.Button(description="Run sweep", button_style="success", icon="play")
+        self.stop_button = widgets.Button(description="Stop", button_style="danger", icon="stop", disabled=True)
+        self.progress = widgets.IntProgress(value=0, min=0, max=1, description="runs")
+        self.status = widgets.HTML()
+        self.table = widgets.HTML()
+        self.image = widgets.Image(format="png")
+        self.sweep: Optional[Sweep] = None
+        self.handle: Optional[SweepHandle] = None
+        self.run_button.on_click(lambda _: self.start())
+        self.stop_button.on_click(lambda _: self.stop())
+        super().__init__([widgets.HBox(self.checks), widgets.HBox([self.seeds, self.workers]),
+                          widgets.HBox([self.run_button, self.stop_button, self.progress]), self.status,
+                          self.table, self.image])
+
+    def chosen(self) -> list[Algorithm]:
+        """The checked algorithms, in the order given."""
+        return [a for a, check in zip(self.algorithms, self.checks) if check.value]
+
+    def start(self) -> SweepHandle:
+        """Sweep the checked algorithms over the seeds, in the background."""
+        if self.handle is not None and not self.handle.done:
+            raise RuntimeError("a sweep is running; stop it (or wait for it) before starting another")
+        algorithms = self.chosen()
+        executor = self.executor if self.executor is not None else local_pool(self.workers.value)
+        shutdown = executor.shutdown if self.executor is None else None
+        try:
+            self.sweep = Sweep(self.make_trainer, algorithms, seeds=range(self.seeds.value), metric=self.metric,
+                               executor=executor, folder=self.folder / _slug(algorithms))
+        except BaseException:
+            if shutdown is not None:
+                shutdown()
+            raise
+        self.progress.max = len(self.sweep.trials())
+        self._count()
+        self.status.value = f"{len(self.sweep.orders)} orders x {self.seeds.value} seeds in {self.sweep.folder.path}"
+        self.run_button.disabled, self.stop_button.disabled = True, False
+        self._show()
+        self.handle = SweepHandle(self.sweep, self._on_result, self._finished, shutdown)
+        return self.handle.start()
+
+    def stop(self) -> None:
+        """Cancel the runs that have not started; keep what finished."""
+        if self.handle is not None:
+            self.handle.stop()
+            self.status.value = "stopping: the runs under way finish, the others are cancelled"
+
+    # -- called in the sweep's thread --------------------------------------------------------
+    def _on_result(self, row: dict) -> None:
+        self._count()
+        self._show()
+
+    def _count(self) -> None:
+        """Progress: the runs saved in the folder (also those a stopped sweep left running)."""
+        self.progress.value = self.progress.max - len(self.sweep.pending())
+
+    def _finished(self) -> None:
+        handle = self.handle
+        error = handle.error if handle is not None else None
+        self._count()
+        left = self.progress.max - self.progress.value
+        self.status.value = (f"failed: {error}" if error is not None else
+                             f"stopped: {left} runs not trained (start again to resume)" if left else "done")
+        self.run_button.disabled, self.stop_button.disabled = False, True
+
+    def _show(self) -> None:
+        """The ranking so far, as a table and a plot (nothing before the first result)."""
+        if self.sweep is None or self.sweep.results.empty:
+            return
+        ranking = self.sweep.ranking()
+        self.table.value = ranking.to_html(index=False, float_format=lambda x: f"{x:.4f}", na_rep="")
+        self.image.value = figure_png(self.sweep.plot())
+
+
+def _slug(algorithms: Sequence[Algorithm]) -> str:
+    """A folder name for a choice of algorithms."""
+    return re.sub(r"[^A-Za-z0-9_-]", "", "_".join(algorithm_names(algorithms)).replace("#", "-")) or "none"

@@ -1,0 +1,38 @@
+"""The sweep panel: a sweep in the background, progress and ranking as runs finish, Stop."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from composer_lab.algorithms import CutOut, LabelSmoothing, MixUp
+from composer_lab.lab import SweepPanel
+from tests.explore.factories import make_trainer
+
+
+def test_a_sweep_of_the_checked_algorithms_fills_progress_table_and_plot(tmp_path):
+    panel = SweepPanel(make_trainer, [CutOut(), LabelSmoothing(), MixUp()], seeds=2, folder=tmp_path,
+                       executor=ThreadPoolExecutor(1))
+    panel.checks[1].value = False  # sweep CutOut and MixUp only
+    handle = panel.start()
+    assert panel.run_button.disabled and not panel.stop_button.disabled
+    handle.wait(timeout=120)
+    assert handle.done and panel.status.value == "done"
+    assert (panel.progress.value, panel.progress.max) == (4, 4)
+    assert "CutOut &gt; MixUp" in panel.table.value and "MixUp &gt; CutOut" in panel.table.value
+    assert bytes(panel.image.value).startswith(b"\x89PNG")
+    assert not panel.run_button.disabled and panel.stop_button.disabled
+    assert (tmp_path / "CutOut_MixUp" / "sweep.json").is_file()
+
+
+def test_stop_keeps_what_finished_and_a_new_start_resumes(tmp_path):
+    panel = SweepPanel(make_trainer, [LabelSmoothing()], seeds=6, folder=tmp_path, executor=ThreadPoolExecutor(1))
+    handle = panel.start()
+    while panel.progress.value < 1 and not handle.done:
+        time.sleep(0.02)
+    panel.stop_button.click()
+    handle.wait(timeout=120)
+    finished = len(panel.sweep.results)  # (a run may end between the click and the cancel: saved, not counted)
+    assert 1 <= finished < 6 and panel.status.value.startswith(f"stopped: {6 - finished} runs not trained")
+    panel.start().wait(timeout=120)
+    assert panel.progress.value == 6 and len(panel.sweep.results) == 6
