@@ -10,6 +10,7 @@ from torch import nn
 
 from composer_lab import algorithms as algos
 from composer_lab.core import Callback
+from composer_lab.models import TinyGPT, language_model_loss
 
 from algo_helpers import TinyCNN
 
@@ -70,6 +71,12 @@ def transformer_classifier() -> nn.Module:
     return Net()
 
 
+def token_loader(n: int = 16, length: int = 16) -> torch.utils.data.DataLoader:
+    """Next-token (input, target) windows of random tokens, for language-model algorithms (Alibi)."""
+    tokens = torch.randint(0, 32, (n, length + 1), generator=torch.Generator().manual_seed(0))
+    return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(tokens[:, :-1], tokens[:, 1:]), batch_size=8)
+
+
 @pytest.mark.parametrize("name", sorted(algos.ALGORITHMS))
 def test_each_algorithm_runs_in_a_short_fit(name):
     cls = algos.ALGORITHMS[name]
@@ -90,11 +97,15 @@ def test_each_algorithm_runs_in_a_short_fit(name):
             def __getitem__(self, i):
                 return self.transform(torch.rand(3, 8, 8)), i % 4
         train = torch.utils.data.DataLoader(Images(), batch_size=8)
+    loss_fn, evaluation = nn.functional.cross_entropy, loader(16)
+    if name == "alibi":  # changes a language model's attention: a tiny GPT on token windows
+        model = TinyGPT(vocab_size=32, max_sequence_length=16, d_model=16, n_layers=1, n_heads=2)
+        train, evaluation, loss_fn = token_loader(), token_loader(8, 32), language_model_loss
     algorithm = cls(**kwargs)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # FusedLayerNorm warns without Apex
-        trainer = Trainer(model, train, "2ep", loss_fn=nn.functional.cross_entropy, progress_bar=False,
-                          algorithms=[algorithm], eval_dataloader=loader(16))
+        trainer = Trainer(model, train, "2ep", loss_fn=loss_fn, progress_bar=False,
+                          algorithms=[algorithm], eval_dataloader=evaluation)
         trainer.fit()
     ran = trainer.trace.invocations.query("kind == 'algorithm' and matched")
     assert len(ran) > 0 and ran.error.isna().all()
