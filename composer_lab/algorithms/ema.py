@@ -101,10 +101,17 @@ class EMA(Algorithm):
         if self._averages is None:
             self._averages = [t.detach().clone() for t in averaged_tensors(state.model)]
 
+    @torch.no_grad()
     def swap(self, model: nn.Module) -> None:
-        """Exchange the model's weights and the averages (call twice to undo)."""
+        """Exchange the model's weights and the averages (call twice to undo).
+
+        Storages are exchanged with ``set_`` under ``no_grad`` (no copy): an in-place write, so
+        the tensors' version counters move and the trace sees the model change, which a write
+        through ``.data`` hides."""
         for tensor, average in zip(averaged_tensors(model), self._averages):
-            tensor.data, average.data = average.data, tensor.data
+            held = tensor.detach()  # the model's storage, kept while the tensor takes the average's
+            tensor.set_(average)
+            average.set_(held)
         self._swapped = not self._swapped
 
     @property

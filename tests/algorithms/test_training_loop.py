@@ -13,6 +13,8 @@ from composer_lab.core import Event, State, Engine
 
 from algo_helpers import TinyCNN, at_batch, make_state
 
+Trainer = pytest.importorskip("composer_lab.trainer").Trainer
+
 
 def model_with_grads(scale: float = 100.0) -> nn.Module:
     torch.manual_seed(0)
@@ -68,6 +70,19 @@ def test_ema_averages_and_swaps_for_evaluation():
     assert torch.allclose(model.weight, start + 1.0) and model.weight is param
     engine.run_event(Event.EVAL_AFTER_ALL)
     assert torch.allclose(model.weight, start + 2.0)
+
+
+def test_ema_swaps_are_seen_by_the_trace_as_model_changes():
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 3, 8, 8),
+                                                                        torch.randint(0, 4, (8,))), batch_size=4)
+    model, ema = TinyCNN(), EMA(half_life=None, smoothing=0.5)
+    trainer = Trainer(model, loader, "2ba", loss_fn=nn.functional.cross_entropy, eval_dataloader=loader,
+                      algorithms=[ema], progress_bar=False)
+    trainer.fit()
+    calls = trainer.trace.invocations.query("cls == 'EMA' and matched")
+    swaps = calls[calls.event.isin(["eval_before_all", "eval_after_all"])]
+    assert len(swaps) == 2 and all("model" in changed for changed in swaps.changed)
+    assert not torch.equal(model.fc.weight, ema.averages[4])  # the training weights are back after the eval
 
 
 def test_ema_half_life_gives_the_decay_and_errors():
