@@ -12,6 +12,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from composer_lab.trainer.batching import batch_inputs, batch_targets
+from composer_lab.trainer.checks import check_callable
 
 __all__ = ["ModelAdapter"]
 
@@ -24,10 +25,9 @@ class ModelAdapter:
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}; wrap your "
                             f"network in an nn.Module (with forward(batch) and loss(outputs, batch) if "
                             f"it computes its own loss)")
-        if loss_fn is not None and not callable(loss_fn):
-            raise TypeError(f"loss_fn must be a callable (outputs, targets) -> loss such as "
-                            f"torch.nn.functional.cross_entropy, got {type(loss_fn).__name__} {loss_fn!r}; "
-                            f"pass the function itself, not its name")
+        if loss_fn is not None:
+            check_callable(loss_fn, "loss_fn", "a callable (outputs, targets) -> loss such as "
+                           "torch.nn.functional.cross_entropy")
         if loss_fn is None and not callable(getattr(model, "loss", None)):
             raise ValueError(f"the model {type(model).__name__} has no loss: pass loss_fn (e.g. "
                              f"loss_fn=torch.nn.functional.cross_entropy), or give the model a method "

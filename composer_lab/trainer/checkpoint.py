@@ -15,11 +15,15 @@ import pandas as pd
 import torch
 
 from composer_lab.core.callback import Callback
+from composer_lab.core.time import Timestamp
+from composer_lab.core.trace import read_parquet, write_parquet
+from composer_lab.trainer import distributed
 from composer_lab.trainer.distributed import barrier
 from composer_lab.trainer.interval import Interval
+from composer_lab.trainer.rng import rng_state
 
 __all__ = ["CHECKPOINT_FORMAT", "CheckpointError", "CheckpointNotFoundError", "CheckpointSaver",
-           "save_checkpoint", "load_checkpoint", "frame_to_bytes", "frame_from_bytes"]
+           "save_checkpoint", "load_checkpoint", "frame_to_bytes", "frame_from_bytes", "training_payload", "resume"]
 
 CHECKPOINT_FORMAT = "composer_lab.checkpoint/1"
 OWNER_FILE = "run.json"
@@ -44,7 +48,7 @@ def frame_to_bytes(frame: pd.DataFrame) -> bytes:
 
 
 def frame_from_bytes(data: bytes) -> pd.DataFrame:
-    return pd.read_parquet(io.BytesIO(data))
+    return read_parquet(io.BytesIO(data))
 
 
 def save_checkpoint(payload: dict[str, Any], path: Union[str, os.PathLike]) -> Path:
@@ -144,3 +148,118 @@ class CheckpointSaver(Callback):
                 (self.folder / OWNER_FILE).write_text(json.dumps(self.owner))
             self.saved.append(save_checkpoint(payload, self.folder / f"ep{ts.epoch}-ba{ts.batch}.pt"))
         barrier()
+
+
+# -- what a checkpoint holds --------------------------------------------------------------------
+def training_payload(trainer: Any) -> Optional[dict[str, Any]]:
+    """Everything a resumed run of ``trainer`` needs, in types ``torch.load(weights_only=True)``
+    reads. Under torchrun every rank calls it (it gathers each rank's random state) and rank 0,
+    which writes the checkpoint, gets the payload; the other ranks get None."""
+    state, trace, scaler = trainer.state, trainer.trace, trainer.scaler
+    rank_rng = distributed.gather_object({"rng": rng_state(), "generators": state.generator_states()})
+    if rank_rng is None:
+        return None
+    return {
+        "run_name": state.run_name,
+        "run_id": trainer.run_id,
+        "seed": state.seed,
+        "max_duration": str(state.max_duration),
+        "model": state.model.state_dict(),
+        "frozen": [name for name, p in state.model.named_parameters() if not p.requires_grad],
+        "optimizers": [o.state_dict() for o in state.optimizers],
+        "schedulers": [s.state_dict() for s in state.schedulers],
+        "scaler": scaler.state_dict() if scaler is not None else None,
+        "timestamp": state.timestamp.state_dict(),
+        "rng": rng_state(),
+        "generators": state.generator_states(),
+        "algorithms": _named_states(state.algorithms, trace),
+        "callbacks": _named_states(state.callbacks, trace),
+        "metrics": frame_to_bytes(trainer.metrics),
+        "trace": {name: frame_to_bytes(getattr(trace, name)) for name in distributed.TRACE_FRAMES},
+        **({"rank_rng": rank_rng} if len(rank_rng) > 1 else {}),
+    }
+
+
+def resume(trainer: Any, path: Union[str, os.PathLike]) -> None:
+    """Resume ``trainer`` from the checkpoint at ``path``: its training state now, the metrics
+    logged before it (once each), and its random state when the first batch is trained, where
+    the saving run went on from it (``trainer.feed``)."""
+    state = trainer.state
+    ckpt = load_checkpoint(path, map_location=state.device)
+    _restore_training(ckpt, path, state, trainer.trace, trainer.scaler)
+    trainer.run_id = ckpt.get("run_id", trainer.run_id)
+    trainer.feed.resume_random_state(distributed.rank_random_state(ckpt))
+    trainer.logger.load_metrics(_unlogged(frame_from_bytes(ckpt["metrics"]), trainer.metrics))
+    trainer.resumed_from = {"path": str(path), "trace": {k: frame_from_bytes(v) for k, v in ckpt["trace"].items()}}
+    ts = state.timestamp
+    trainer.trace.note("load", f"resumed from {path} at epoch {ts.epoch}, batch {ts.batch}", ts)
+
+
+def _restore_training(ckpt: dict[str, Any], path: Any, state: Any, trace: Any, scaler: Any) -> None:
+    """Give ``state`` the checkpoint's weights (and frozen parameters), optimizers, schedulers,
+    scaler, algorithm and callback state and timestamp; the random state is left to the
+    trainer, which restores it where the saving run went on from it."""
+    try:
+        state.model.load_state_dict(ckpt["model"])
+    except RuntimeError as err:
+        raise CheckpointError(f"checkpoint {str(path)!r} does not fit this model ({_state_dict_mismatch(err)}); "
+                              f"build the same model, with the same surgery algorithms, as the run that "
+                              f"wrote it") from None
+    frozen = set(ckpt.get("frozen", ()))  # by an algorithm such as LayerFreezing
+    for name, parameter in state.model.named_parameters():
+        if name in frozen:
+            parameter.requires_grad_(False)
+    _load_each(state.optimizers, ckpt["optimizers"], "optimizers", path)
+    _load_each(state.schedulers, ckpt["schedulers"], "schedulers", path)
+    if scaler is not None and ckpt.get("scaler"):
+        scaler.load_state_dict(ckpt["scaler"])
+    for algo, saved in _saved_states(state.algorithms, ckpt["algorithms"], trace):
+        if saved is not None:
+            algo.load_state_dict(saved)
+        elif algo.required_on_load():
+            raise CheckpointError(f"checkpoint {str(path)!r} has no state for {trace.label(algo)}, "
+                                  f"which needs it to resume; resume with the algorithms the run used")
+    for cb, saved in _saved_states(state.callbacks, ckpt.get("callbacks", []), trace):
+        if saved is not None:
+            cb.load_state_dict(saved)
+    state.timestamp = Timestamp.from_state_dict(ckpt["timestamp"])
+
+
+def _unlogged(history: pd.DataFrame, logged: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ``history`` (a checkpoint's metrics) at a (batch, epoch, phase, name) that
+    ``logged`` (this run's, before the load: INIT's) has not, so each is kept once however
+    often a run is resumed."""
+    keys = ["batch", "epoch", "phase", "name"]
+    seen = set(logged[keys].astype(object).itertuples(index=False, name=None))
+    fresh = [key not in seen for key in history[keys].astype(object).itertuples(index=False, name=None)]
+    return history[fresh]
+
+
+def _named_states(objs: Any, trace: Any) -> list[dict[str, Any]]:
+    """The state of each algorithm or callback under its name in the trace ('LabelSmoothing',
+    'LabelSmoothing#2'), so a resumed run matches states by name, not by position."""
+    return [{"name": trace.label(obj), "cls": type(obj).__name__, "state": obj.state_dict()} for obj in objs]
+
+
+def _saved_states(objs: Any, entries: list, trace: Any) -> list[tuple[Any, Optional[dict]]]:
+    """Each of ``objs`` with the state :func:`_named_states` saved under its name, or None (the
+    lists may differ: a resumed run without a progress bar, callbacks in another order).
+    Entries of the older positional format, without names, match nothing."""
+    saved = {entry["name"]: entry["state"] for entry in entries if "name" in entry and "state" in entry}
+    return [(obj, saved.get(trace.label(obj))) for obj in objs]
+
+
+def _load_each(objects: list, states: list, name: str, path: Any) -> None:
+    if len(objects) != len(states):
+        raise CheckpointError(f"checkpoint {str(path)!r} holds {len(states)} {name} but the trainer has "
+                              f"{len(objects)}; pass the same {name} as the run that wrote it")
+    for obj, obj_state in zip(objects, states):
+        obj.load_state_dict(obj_state)
+
+
+def _state_dict_mismatch(err: RuntimeError) -> str:
+    """The first lines of ``load_state_dict``'s error that say what differs (missing or
+    unexpected keys, shape mismatches), without its header."""
+    lines = [line.strip().rstrip(".") for line in str(err).splitlines()[1:] if line.strip()]
+    summary = "; ".join(lines[:3]) + ("; ..." if len(lines) > 3 else "")
+    return summary if len(summary) < 600 else summary[:600] + " ..."

@@ -14,7 +14,10 @@ import signal
 import threading
 from typing import Any, Optional
 
-__all__ = ["InterruptGuard", "NonFiniteLossError", "nonfinite_loss_message", "failure_note"]
+from composer_lab.trainer.devices import fresh_grad_scaler
+
+__all__ = ["InterruptGuard", "NonFiniteLossError", "raise_nonfinite_loss", "nonfinite_loss_message", "abandon_batch",
+           "note_failure"]
 
 
 class InterruptGuard:
@@ -64,6 +67,18 @@ class NonFiniteLossError(FloatingPointError):
     """The training loss became NaN or infinite; the batch was not applied."""
 
 
+def raise_nonfinite_loss(loss: float, trace: Any, timestamp: Any, since_seq: int) -> None:
+    """Note the non-finite ``loss`` in the trace and raise :class:`NonFiniteLossError`, naming
+    the calls from trace seq ``since_seq`` on (this batch's) that changed batch, outputs or loss."""
+    calls = None
+    if trace.recording:
+        calls = trace.invocations
+        calls = calls[(calls["seq"] >= since_seq)
+                      & calls["changed"].map(lambda fields: bool({"batch", "outputs", "loss"} & set(fields)))]
+    trace.note("nonfinite", f"loss {loss} at batch {timestamp.batch}; stopped before the optimizer step", timestamp)
+    raise NonFiniteLossError(nonfinite_loss_message(loss, timestamp, calls))
+
+
 def nonfinite_loss_message(loss: float, timestamp: Any, calls: Any) -> str:
     """The error for a non-finite ``loss`` at ``timestamp``; ``calls`` is the trace's
     invocations of this batch that changed ``batch``, ``outputs`` or ``loss`` (None when the
@@ -73,16 +88,31 @@ def nonfinite_loss_message(loss: float, timestamp: Any, calls: Any) -> str:
     if calls is None:
         culprits = "the trace is off, so the calls that changed the batch, outputs or loss are unknown"
     elif len(calls) == 0:
-        culprits = "no algorithm or callback changed the batch, outputs or loss in this batch (look at the data and the learning rate)"
+        culprits = ("no algorithm or callback changed the batch, outputs or loss in this batch (look at the data "
+                    "and the learning rate)")
     else:
         culprits = "calls that changed the batch, outputs or loss just before, in order: " + "; ".join(
-            f"{row.name} at {row.event} (changed {row.changed})" for row in calls.itertuples())
+            f"{row.name} at {row.event} (changed {', '.join(row.changed)})" for row in calls.itertuples())
     return (f"{where}; {culprits}. Fix the cause, or pass Trainer(stop_on_nonfinite_loss=False) to train on "
             f"regardless")
 
 
-def failure_note(err: BaseException, event: Optional[str], timestamp: Any, applied: bool) -> tuple[str, str]:
-    """The trace note ``(kind, text)`` for a fit that ``err`` ended during ``event``."""
+def abandon_batch(state: Any, scaler: Any) -> Any:
+    """Undo what a batch left half done: its gradients, its microbatch index, and a GradScaler's
+    step under way (the scaler returned replaces ``scaler``: same scale, no step pending)."""
+    for optimizer in state.optimizers:
+        optimizer.zero_grad(set_to_none=True)
+    state.microbatch = None
+    return fresh_grad_scaler(scaler, state.device) if scaler is not None else None
+
+
+def note_failure(trace: Any, err: BaseException, event: Any, timestamp: Any, applied: bool) -> None:
+    """Note in ``trace`` that ``err`` ended a fit during ``event`` (an Event, or None before
+    the first), and whether the batch in flight was ``applied``."""
+    trace.note(*_failure_note(err, event.value if event is not None else None, timestamp, applied), timestamp)
+
+
+def _failure_note(err: BaseException, event: Optional[str], timestamp: Any, applied: bool) -> tuple[str, str]:
     kind = "interrupt" if isinstance(err, KeyboardInterrupt) else "error"
     what = "interrupted" if kind == "interrupt" else f"failed ({type(err).__name__}: {err})"
     at = f"at {event}" if event else "before the first event"

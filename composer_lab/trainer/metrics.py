@@ -5,6 +5,7 @@ Values stay tensors on the device (no host sync per eval batch); the logger conv
 
 from __future__ import annotations
 
+import time
 from typing import Any, Optional
 
 import torch
@@ -12,7 +13,7 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from composer_lab.trainer.distributed import mean_over_ranks
 
-__all__ = ["EvalMetrics"]
+__all__ = ["EvalMetrics", "Throughput"]
 
 
 class EvalMetrics:
@@ -56,6 +57,25 @@ class EvalMetrics:
         if self.accuracy is not None and self.accuracy.update_count:
             out["metrics/eval/Accuracy"] = self.accuracy.compute()
         return out
+
+
+class Throughput:
+    """Samples per second between marks, from host timings (no device sync)."""
+
+    def __init__(self) -> None:
+        self._mark = (0, 0.0)
+
+    def mark(self, samples: int) -> None:
+        """Start counting from ``samples`` samples seen, now."""
+        self._mark = (samples, time.perf_counter())
+
+    def log(self, logger: Any, samples: int) -> None:
+        """Log 'throughput/samples_per_sec' since the last mark, now that ``samples`` were seen, and mark."""
+        since, start = self._mark
+        now = time.perf_counter()
+        if samples > since and now > start:
+            logger.log_metrics({"throughput/samples_per_sec": (samples - since) / (now - start)}, phase="fit")
+        self._mark = (samples, now)
 
 
 def _is_classification(outputs: Any, targets: Any) -> bool:

@@ -7,7 +7,7 @@ from typing import Any, Optional
 from tqdm.auto import tqdm
 
 from composer_lab.core.callback import Callback
-from composer_lab.core.time import TimeUnit
+from composer_lab.trainer.duration import total_batches
 
 __all__ = ["ProgressBar"]
 
@@ -21,7 +21,7 @@ class ProgressBar(Callback):
         self.bar: Optional[Any] = None
 
     def fit_start(self, state: Any, logger: Any) -> None:
-        self.close()
+        self._end_bar()
         self.bar = tqdm(total=_batches_left(state), desc=state.run_name, unit="ba", dynamic_ncols=True)
 
     def batch_end(self, state: Any, logger: Any) -> None:
@@ -30,19 +30,18 @@ class ProgressBar(Callback):
             self.bar.set_postfix(epoch=state.timestamp.epoch, loss=f"{float(state.loss.detach()):.4f}", refresh=False)
 
     def fit_end(self, state: Any, logger: Any) -> None:
-        self.close()
+        self._end_bar()
 
-    def close(self) -> None:
+    def close(self, state: Any, logger: Any) -> None:
+        self._end_bar()
+
+    def _end_bar(self) -> None:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
 
 
 def _batches_left(state: Any) -> Optional[int]:
-    """Batches until max_duration, when the dataloader's length makes it knowable."""
-    duration, ts, per_epoch = state.max_duration, state.timestamp, state.dataloader_len
-    if duration.unit is TimeUnit.BATCH:
-        return max(duration.value - ts.batch, 0)
-    if duration.unit is TimeUnit.EPOCH and per_epoch:
-        return max(duration.value * per_epoch - ts.epoch * per_epoch - ts.batch_in_epoch, 0)
-    return None
+    """Batches until max_duration, when the run's length in batches is knowable."""
+    total = total_batches(state)
+    return None if total is None else max(total - state.timestamp.batch, 0)

@@ -17,9 +17,12 @@ from typing import Any, Optional, Union
 
 import pandas as pd
 
-from composer_lab.core.trace import Trace
+from composer_lab.core.algorithm import describe
+from composer_lab.core.passes import pass_name
+from composer_lab.core.trace import Trace, read_parquet, write_parquet
+from composer_lab.trainer import distributed
 
-__all__ = ["Run", "RUN_FORMAT"]
+__all__ = ["Run", "RUN_FORMAT", "run_config"]
 
 RUN_FORMAT = "composer_lab.run/1"
 
@@ -51,7 +54,7 @@ class Run:
         if self.rank_traces is not None:
             (folder / "ranks").mkdir()
             for name, frame in self.rank_traces.items():
-                frame.to_parquet(folder / "ranks" / f"{name}.parquet", index=False)
+                write_parquet(frame, folder / "ranks" / f"{name}.parquet")
         return folder
 
     @classmethod
@@ -63,10 +66,36 @@ class Run:
             raise FileNotFoundError(f"{folder} is not a run folder (no config.json from Run.save); write one "
                                     f"with trainer.to_run().save(folder) or `composer-lab run`")
         ranks = folder / "ranks"
-        rank_traces = ({path.stem: pd.read_parquet(path) for path in sorted(ranks.glob("*.parquet"))}
+        rank_traces = ({path.stem: read_parquet(path) for path in sorted(ranks.glob("*.parquet"))}
                        if ranks.is_dir() else None)
         return cls(info["name"], info.get("config", {}), Trace.load(folder / "trace"),
                    pd.read_parquet(folder / "metrics.parquet"), rank_traces)
+
+
+def run_config(trainer: Any) -> dict[str, Any]:
+    """The settings of ``trainer``'s run, as JSON-ready values (``config.json``)."""
+    state = trainer.state
+    return {
+        "run_name": state.run_name,
+        "run_id": trainer.run_id,
+        "model": type(state.model).__name__,
+        "loss_fn": getattr(state.loss_fn, "__name__", repr(state.loss_fn)) if state.loss_fn else None,
+        "max_duration": str(state.max_duration),
+        "optimizers": [type(o).__name__ for o in state.optimizers],
+        "lr": state.optimizers[0].param_groups[0]["lr"] if state.optimizers else None,
+        "schedulers": [type(s).__name__ for s in state.schedulers],
+        "algorithms": [describe(a) for a in state.algorithms],
+        "passes": [pass_name(p) for p in trainer.engine.passes],
+        "device": str(state.device),
+        "precision": state.precision,
+        "device_train_microbatch_size": trainer.microbatch_size,
+        "seed": state.seed,
+        "eval_interval": str(trainer.eval_interval.time),
+        "batch_size": getattr(state.dataloader, "batch_size", None),  # per rank under torchrun
+        "world_size": distributed.get_world_size(),
+        "shard_dataloaders": trainer.shard_dataloaders,
+        "trace": trainer.trace.level,
+    }
 
 
 def _read_config(folder: Path) -> Any:

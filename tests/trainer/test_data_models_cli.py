@@ -111,7 +111,7 @@ def test_cli_run_writes_a_run_folder(tmp_path, capsys):
     assert {p.name for p in folder.iterdir()} >= {"config.json", "metrics.parquet", "trace", "loss.png",
                                                   "timeline.png"}
     run = Run.load(folder)
-    assert run.config["algorithms"][0].startswith("SelectiveBackprop")
+    assert run.config["algorithms"][0]["class"] == "SelectiveBackprop"
     assert "eval accuracy:" in out and "LabelSmoothing:" in out and "before_loss x" in out
     assert json.loads((folder / "config.json").read_text())["name"] == "t"
     assert isinstance(run.metrics, pd.DataFrame) and (run.metrics["name"] == "loss/train").any()

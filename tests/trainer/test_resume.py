@@ -12,6 +12,7 @@ from torch import nn
 
 from composer_lab import Callback
 from composer_lab.algorithms import ALGORITHMS
+from composer_lab.models.gpt import TinyGPT, language_model_loss
 
 from tests.trainer.helpers import make_trainer
 
@@ -33,6 +34,22 @@ class NoisyImages(torch.utils.data.Dataset):
     def __getitem__(self, i: int):
         image = (self.images[i] + 0.05 * torch.rand(3, 8, 8)).clamp(0, 1)
         return (self.transform(image) if self.transform is not None else image), self.targets[i]
+
+
+class NoisyTokens(torch.utils.data.Dataset):
+    """Next-token windows of 8 tokens (of 16), one token of each replaced at random from torch's
+    global generator in ``__getitem__``."""
+
+    def __init__(self, n: int = 40) -> None:
+        self.tokens = torch.randint(0, 16, (n, 9), generator=torch.Generator().manual_seed(0))
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def __getitem__(self, i: int):
+        window = self.tokens[i].clone()
+        window[torch.randint(0, 9, ())] = torch.randint(0, 16, ())
+        return window[:-1], window[1:]
 
 
 class Cnn(nn.Module):
@@ -69,13 +86,22 @@ ACTIVE_FROM_THE_START = {"selective_backprop": dict(start=0.0, interrupt=0), "ra
 
 
 def _trainer(name: str, num_workers: int = 0, **kwargs):
+    """A trainer for the algorithm ``name`` on a problem it applies to: a language model for
+    ALiBi, a transformer for GatedLinearUnits and FusedLayerNorm, a CNN for the others."""
     torch.manual_seed(0)
-    model = Transformer() if name in ("gated_linear_units", "fused_layernorm") else Cnn()
-    train = torch.utils.data.DataLoader(NoisyImages(), batch_size=8, shuffle=True, num_workers=num_workers)
+    data, loss_fn = NoisyImages(), nn.functional.cross_entropy
+    if name == "alibi":
+        data, loss_fn = NoisyTokens(), language_model_loss
+        model = TinyGPT(vocab_size=16, max_sequence_length=8, d_model=8, n_layers=1, n_heads=2, dropout=0.1)
+    elif name in ("gated_linear_units", "fused_layernorm"):
+        model = Transformer()
+    else:
+        model = Cnn()
+    train = torch.utils.data.DataLoader(data, batch_size=8, shuffle=True, num_workers=num_workers)
     algorithm = ALGORITHMS[name](**ACTIVE_FROM_THE_START.get(name, {}))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # FusedLayerNorm warns without Apex
-        return make_trainer(model=model, train_dataloader=train, max_duration="2ep", seed=3,
+        return make_trainer(model=model, train_dataloader=train, max_duration="2ep", seed=3, loss_fn=loss_fn,
                             algorithms=[algorithm], **kwargs)
 
 
