@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
+import torch
 
 from composer_lab import Event
+from composer_lab.algorithms import EMA
+from composer_lab.algorithms.ema import averaged_tensors
 
 from tests.trainer.helpers import make_trainer, tiny_loader
 
@@ -122,6 +127,25 @@ def test_standalone_eval_events():
     trainer.eval()
     fired = _fired(trainer)
     assert fired[3:] == ["eval_standalone_start", *[e.value for e in _eval_events(2)], "eval_standalone_end"]
+
+
+def test_standalone_eval_uses_ema_weights_and_swaps_back():
+    """Why standalone eval fires EVAL_BEFORE_ALL / EVAL_AFTER_ALL (Composer's does not): EMA
+    swaps its averaged weights in and out there, so trainer.eval() measures them, as the
+    evaluations during fit do, and training goes on with the trained weights."""
+    ema = EMA(half_life="2ba")
+    trainer = make_trainer(eval_dataloader=tiny_loader(8, 4), algorithms=[ema], max_duration="4ba")
+    trainer.fit()
+    trained = [t.clone() for t in averaged_tensors(trainer.state.model)]
+    results = trainer.eval()
+    model = copy.deepcopy(trainer.state.model).eval()
+    for tensor, average in zip(averaged_tensors(model), ema.averages):
+        tensor.data.copy_(average)
+    x, y = tiny_loader(8, 8).dataset.tensors
+    with torch.no_grad():
+        expected = torch.nn.functional.cross_entropy(model(x), y).item()
+    assert results["loss/eval"] == pytest.approx(expected, rel=1e-5)
+    assert all(torch.equal(a, b) for a, b in zip(trained, averaged_tensors(trainer.state.model)))
 
 
 def test_predict_events_and_outputs():
