@@ -19,7 +19,7 @@ import pandas as pd
 from composer_lab.core.event import _PHASE, Event
 
 __all__ = ["Trace", "TRACE_LEVELS", "EVENT_COLUMNS", "INVOCATION_COLUMNS", "NOTE_COLUMNS",
-           "EventRecord", "InvocationRecord", "NoteRecord"]
+           "EventRecord", "InvocationRecord", "NoteRecord", "write_parquet", "read_parquet"]
 
 
 class EventRecord(NamedTuple):
@@ -213,9 +213,8 @@ class Trace:
         """Write events, invocations and notes as parquet files (plus trace.json) in ``folder``."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        self.events.to_parquet(folder / "events.parquet", index=False)
-        _exit_codes_as_json(self.invocations).to_parquet(folder / "invocations.parquet", index=False)
-        self.notes.to_parquet(folder / "notes.parquet", index=False)
+        for name in ("events", "invocations", "notes"):
+            write_parquet(getattr(self, name), folder / f"{name}.parquet")
         info = {"level": self.level, "meta": self.meta, "names": list(self.invocations["name"].cat.categories)}
         (folder / "trace.json").write_text(json.dumps(info, default=str))
         return folder
@@ -233,14 +232,10 @@ class Trace:
         trace = cls(info["level"])
         trace.meta = info.get("meta", {})
         # Parquet keeps dtypes, except the categories of empty columns: restore them.
-        trace._loaded = {name: pd.read_parquet(folder / f"{name}.parquet").astype(dtypes)
+        trace._loaded = {name: read_parquet(folder / f"{name}.parquet").astype(dtypes)
                          for name, dtypes in _DTYPES.items()}
         invocations = trace._loaded["invocations"]
         invocations["name"] = invocations["name"].astype(pd.CategoricalDtype(info["names"]))
-        invocations["changed"] = pd.Series([tuple(fields) for fields in invocations["changed"]],
-                                           index=invocations.index, dtype=object)
-        invocations["exit_code"] = pd.Series([None if pd.isna(code) else json.loads(code)
-                                              for code in invocations["exit_code"]], index=invocations.index, dtype=object)
         return trace
 
     def __repr__(self) -> str:
@@ -249,9 +244,24 @@ class Trace:
                 f"{sum(len(r.asked) for r in filter(_asked, self.event_rows))}, notes={len(self._notes)})")
 
 
-def _exit_codes_as_json(invocations: pd.DataFrame) -> pd.DataFrame:
-    """``invocations`` with each exit code as JSON text (None stays None), so that any value an
-    algorithm returned can be written to parquet; objects JSON cannot hold are saved as repr."""
-    codes = [None if code is None else json.dumps(code, default=repr) for code in invocations["exit_code"]]
-    return invocations.assign(exit_code=pd.Series(codes, index=invocations.index, dtype="string"))
+def write_parquet(frame: pd.DataFrame, target: Any) -> None:
+    """Write a trace frame (or any frame) to parquet, ``target`` a path or a binary file: an
+    ``exit_code`` column goes as JSON text, so whatever ``apply`` returned can be written (what
+    JSON cannot hold, as its repr); ``changed`` is a native list column. :func:`read_parquet`
+    reads it back. Every writer of trace frames (Trace.save, checkpoints, runs) goes through it."""
+    if "exit_code" in frame.columns:
+        codes = [None if code is None else json.dumps(code, default=repr) for code in frame["exit_code"]]
+        frame = frame.assign(exit_code=pd.Series(codes, index=frame.index, dtype="string"))
+    frame.to_parquet(target, index=False)
 
+
+def read_parquet(source: Any) -> pd.DataFrame:
+    """Read what :func:`write_parquet` wrote: exit codes as the values they were, ``changed``
+    as tuples of field names."""
+    frame = pd.read_parquet(source)
+    if "exit_code" in frame.columns:
+        frame["exit_code"] = pd.Series([None if pd.isna(code) else json.loads(code) for code in frame["exit_code"]],
+                                       index=frame.index, dtype=object)
+    if "changed" in frame.columns:
+        frame["changed"] = pd.Series([tuple(fields) for fields in frame["changed"]], index=frame.index, dtype=object)
+    return frame

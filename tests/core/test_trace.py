@@ -267,3 +267,43 @@ def test_records_are_named(state):
     (event,), (call,) = engine.trace.event_rows, engine.trace.invocation_rows
     assert isinstance(event, EventRecord) and isinstance(call, InvocationRecord)
     assert (event.event, call.name, call.exit_code, call.changed) == ("before_loss", "Smooth", 7, ("batch",))
+
+
+class SaysWhy(Algorithm):
+    """Returns a string, as user code does (Composer allows any exit code)."""
+
+    events = frozenset({Event.AFTER_LOSS})
+
+    def apply(self, event, state, logger):
+        return "skipped: loss already small"
+
+
+class Counts(Algorithm):
+    events = frozenset({Event.AFTER_LOSS})
+
+    def apply(self, event, state, logger):
+        return 3
+
+
+def test_a_fit_with_string_exit_codes_checkpoints_and_saves_its_trace(tmp_path):
+    import torch.nn.functional as F
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from composer_lab import Run, Trainer
+
+    data = DataLoader(TensorDataset(torch.randn(8, 4), torch.randint(0, 2, (8,))), batch_size=4)
+    trainer = Trainer(torch.nn.Linear(4, 2), data, "1ep", loss_fn=F.cross_entropy, algorithms=[SaysWhy(), Counts()],
+                      save_folder=tmp_path / "ckpt", progress_bar=False)
+    trainer.fit()
+    assert trainer.checkpoints
+    codes = trainer.trace.invocations.query("name == 'SaysWhy' and matched").exit_code
+    assert list(codes) == ["skipped: loss already small"] * 2
+    saved = Trace.load(trainer.trace.save(tmp_path / "trace")).invocations
+    assert list(saved.query("name == 'SaysWhy' and matched").exit_code) == list(codes)
+    assert list(saved.query("name == 'Counts' and matched").exit_code) == [3, 3]
+    run = Run.load(trainer.to_run().save(tmp_path / "run"))
+    assert list(run.trace.invocations.query("name == 'SaysWhy' and matched").exit_code) == list(codes)
+    resumed = Trainer(torch.nn.Linear(4, 2), data, "2ep", loss_fn=F.cross_entropy, algorithms=[SaysWhy(), Counts()],
+                      load_path=trainer.checkpoints[-1], progress_bar=False)
+    saved_calls = resumed.resumed_from["trace"]["invocations"]
+    assert list(saved_calls.query("name == 'Counts' and matched").exit_code) == [3, 3]

@@ -169,3 +169,31 @@ def test_preview_uses_declared_events_where_match_depends_on_earlier_events():
     trainer = make_trainer([smoothing])
     assert possible_events(smoothing, trainer.state) == [Event.BEFORE_LOSS, Event.AFTER_LOSS]
     assert OrderPreview(Control(trainer)).orders["after_loss"] == ["LabelSmoothing"]
+
+
+def _chip_style(preview, name):
+    """The style of ``name``'s chip in the preview's table."""
+    import re
+    found = re.search(r'<span class="cl-chip" style="([^"]*)">' + name + "</span>", preview.table.value)
+    return found.group(1)
+
+
+def test_preview_marks_an_algorithm_off_its_schedule():
+    """Selective Backprop listens at every AFTER_DATALOADER (its match is True, so it logs keep
+    ratio 1.0 off-schedule) but selects only inside [start, end): the preview draws it dashed
+    outside, solid inside, and says so through Algorithm.active."""
+    import torch
+
+    from composer_lab.algorithms import SelectiveBackprop
+    from composer_lab.core import Engine, State
+    from composer_lab.core.time import Timestamp
+
+    sb = SelectiveBackprop(start=0.5, end=0.9, interrupt=0)
+    engine = Engine(State(torch.nn.Linear(4, 2), "20ba", algorithms=[sb]))
+    state = engine.state
+    assert sb.match(Event.AFTER_DATALOADER, state) and not sb.active(Event.AFTER_DATALOADER, state)
+    preview = OrderPreview(Control(engine), event="after_dataloader")
+    assert "dashed" in _chip_style(preview, "SelectiveBackprop")
+    state.timestamp = Timestamp(batch=12, batch_in_epoch=12)
+    preview.refresh()
+    assert sb.active(Event.AFTER_DATALOADER, state) and "solid" in _chip_style(preview, "SelectiveBackprop")
