@@ -264,3 +264,23 @@ def test_interpolated_loss_equals_the_soft_target_loss_for_cross_entropy():
         recorder = run([MixUp(alpha=1.0, interpolate_loss=interpolate)], None)
         losses.append(torch.stack([loss for *_, loss in recorder.seen]))
     assert torch.allclose(*losses, atol=1e-6)
+
+
+def test_interpolated_loss_calls_a_models_own_loss_with_the_partner_targets():
+    class OwnLoss(PoolNet):  # Composer's form: forward(batch) and loss(outputs, batch)
+        def forward(self, batch):
+            return super().forward(batch[0])
+
+        def loss(self, outputs, batch, reduction="mean"):
+            assert batch[1].dtype == torch.long  # class indices, the form this loss takes
+            return F.cross_entropy(outputs, batch[1], reduction=reduction)
+
+    recorder = Recorder()
+    torch.manual_seed(0)
+    trainer = Trainer(OwnLoss(), row_identifying_loader(), "2ba", seed=1, progress_bar=False,
+                      algorithms=[CutMix(alpha=1.0, interpolate_loss=True), recorder])
+    trainer.fit()
+    assert any((shares(seen[0]).max(1).values < 1).any() for seen in recorder.seen)
+    for inputs, targets, outputs, loss in recorder.seen:
+        assert torch.allclose(loss, true_loss(inputs, outputs), atol=1e-5)
+        assert torch.equal(targets, label_of(torch.arange(ROWS)))  # the batch's own targets are back
