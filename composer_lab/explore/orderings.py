@@ -77,14 +77,16 @@ def orderings(algorithms: Sequence[Algorithm], passes: Optional[Sequence[Any]] =
     that many permutations, drawn at random (``seed``; the list as given comes first), are
     examined instead of all of them.
 
-    Columns: ``order`` (label), ``positions`` (indices into ``algorithms``, the first permutation
-    of its kind), ``permutations`` (the labels of all permutations that collapse into it) and
-    ``n_permutations``. The first row is the list as given.
+    Columns: ``order`` (the list order, as a label), ``positions`` (indices into ``algorithms``,
+    the first permutation of its kind), ``plans`` (for each event where two or more of them
+    listen, the order the engine runs them in: FILO reverses after-events), ``permutations``
+    (the labels of all permutations that collapse into it) and ``n_permutations``. The first
+    row is the list as given.
     """
     algorithms = check_algorithms(algorithms)
     names = algorithm_names(algorithms)
     perms = _permutations(len(algorithms), max_orders, seed)
-    signatures = _signatures(algorithms, perms, passes)
+    events, signatures = _signatures(algorithms, perms, passes)
     groups = _UnionFind(perms)
     first_of: dict[tuple, Order] = {}
     for perm in perms:
@@ -95,9 +97,11 @@ def orderings(algorithms: Sequence[Algorithm], passes: Optional[Sequence[Any]] =
     for perm in perms:
         members.setdefault(groups.find(perm), []).append(perm)
     rows = [{"order": order_label([names[i] for i in group[0]]), "positions": group[0],
+             "plans": {event.value: order_label([names[i] for i in plan])
+                       for event, plan in zip(events, signatures[group[0]])},
              "permutations": [order_label([names[i] for i in p]) for p in group], "n_permutations": len(group)}
             for group in members.values()]
-    return pd.DataFrame(rows, columns=["order", "positions", "permutations", "n_permutations"])
+    return pd.DataFrame(rows, columns=["order", "positions", "plans", "permutations", "n_permutations"])
 
 
 def commuting_pairs(table: pd.DataFrame) -> set[frozenset]:
@@ -133,14 +137,17 @@ def _permutations(n: int, max_orders: Optional[int], seed: int) -> list[Order]:
     return list(drawn)
 
 
-def _signatures(algorithms: list[Algorithm], perms: list[Order], passes: Optional[Sequence[Any]]) -> dict:
-    """Per permutation: the positions the engine would run at every event (all assumed to match)."""
+def _signatures(algorithms: list[Algorithm], perms: list[Order],
+                passes: Optional[Sequence[Any]]) -> tuple[list[Event], dict[Order, tuple]]:
+    """The events where two or more algorithms listen and, per permutation, the positions the
+    engine would run at each of them (all assumed to match)."""
     engine = Engine(State(torch.nn.Identity()), trace="off")
     if passes is not None:
         engine.passes = passes
     index = {id(a): i for i, a in enumerate(algorithms)}
     listeners = {event: {i for i, a in enumerate(algorithms) if a.events is None or event in a.events}
                  for event in Event}
+    listeners = {event: listening for event, listening in listeners.items() if len(listening) > 1}
     signatures = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the passes' warnings (two loss interpolators) say nothing about order
@@ -148,8 +155,8 @@ def _signatures(algorithms: list[Algorithm], perms: list[Order], passes: Optiona
             signatures[perm] = tuple(
                 tuple(index[id(a)] for a in engine.plan(event, [algorithms[i] for i in perm if i in listening],
                                                         assume_matched=True))
-                for event, listening in listeners.items() if len(listening) > 1)
-    return signatures
+                for event, listening in listeners.items())
+    return list(listeners), signatures
 
 
 def _merge_commuting_swaps(groups: "_UnionFind", perms: list[Order], names: list[str],

@@ -62,3 +62,4 @@ def test_the_heatmap_has_a_row_per_pair_and_a_column_per_event():
     pairs = {t.get_text() for t in ax.get_yticklabels()}
     assert pairs == {f"{f} × {s}" for f, s in zip(table["first"], table["second"])}
     assert {t.get_text() for t in ax.get_xticklabels()} == set(table["event"])
+    assert fig._repr_png_().startswith(b"\x89PNG")  # how a notebook shows it

@@ -62,3 +62,9 @@ def test_the_same_instance_twice_is_refused():
     smoothing = LabelSmoothing()
     with pytest.raises(ValueError, match=r"algorithms\[2\] is the same LabelSmoothing instance as algorithms\[0\]"):
         orderings([smoothing, RandomSubset(), smoothing])
+
+
+def test_plans_show_the_order_each_event_runs():
+    table = orderings([LabelSmoothing(0.1), LabelSmoothing(0.2), CutOut()])
+    assert table["plans"][0] == {"before_loss": "LabelSmoothing > LabelSmoothing#2",
+                                 "after_loss": "LabelSmoothing#2 > LabelSmoothing"}  # FILO on the after-event

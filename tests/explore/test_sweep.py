@@ -62,6 +62,7 @@ def test_plot_shows_every_order_with_intervals(swept):
     means, diffs = fig.axes
     assert [t.get_text() for t in means.get_yticklabels()] == list(swept.ranking()["order"])
     assert diffs.get_title().startswith("paired difference")
+    assert fig._repr_png_().startswith(b"\x89PNG")  # how a notebook shows it
 
 
 def test_diff_of_two_orders_at_one_seed_moves_the_swapped_pair(swept):
