@@ -93,9 +93,13 @@ def cutmix(input: torch.Tensor, target: torch.Tensor, alpha: float = 1.0, num_cl
 def cutmix_targets(target: torch.Tensor, mix: Mix, outputs_shape: Callable[[], Sequence[int]]) -> torch.Tensor:
     """Targets of the images' height and width get the box pasted, as in Composer; others
     become per-class values mixed by area (:func:`~composer_lab.algorithms.mixing.mixed_targets`)."""
-    if target.dim() >= 3 and target.shape[-2:] == mix.inputs.shape[-2:]:
+    if _is_image_sized(target, mix):
         return paste_box(target, mix.indices, mix.box)
     return mixed_targets(target, mix, outputs_shape)
+
+
+def _is_image_sized(target: torch.Tensor, mix: Mix) -> bool:
+    return target.dim() >= 3 and target.shape[-2:] == mix.inputs.shape[-2:]
 
 
 class CutMix(MixingAlgorithm):
@@ -117,3 +121,10 @@ class CutMix(MixingAlgorithm):
 
     def mix_targets(self, targets: torch.Tensor, mix: Mix, outputs_shape: Callable[[], Sequence[int]]) -> torch.Tensor:
         return cutmix_targets(targets, mix, outputs_shape)
+
+    def partner_targets(self, targets: torch.Tensor, mix: Mix) -> torch.Tensor:
+        if _is_image_sized(targets, mix):
+            raise ValueError(f"CutMix(interpolate_loss=True) cannot interpolate the loss of targets of the images' "
+                             f"height and width {tuple(targets.shape)}: the box belongs to the partner only inside "
+                             f"it; use CutMix(interpolate_loss=False), which pastes the box into the targets")
+        return super().partner_targets(targets, mix)

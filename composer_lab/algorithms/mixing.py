@@ -133,7 +133,7 @@ class MixingAlgorithm(Algorithm):
         inputs, targets = state.batch_get_item(0), state.batch_get_item(1)
         mix = self.mix(inputs, state.generator("cpu"))
         if self.interpolate_loss:
-            self._partner = (targets[mix.indices], mix.weight)
+            self._partner = (self.partner_targets(targets, mix), mix.weight)
             state.batch_set_item(0, mix.inputs)
         else:
             mixed_targets = self.mix_targets(targets, mix, lambda: self.outputs_shape(state, targets))
@@ -144,6 +144,10 @@ class MixingAlgorithm(Algorithm):
     def mix_targets(self, targets: torch.Tensor, mix: Mix, outputs_shape: Callable[[], Sequence[int]]) -> torch.Tensor:
         """The targets of the mixed rows (:func:`mixed_targets`)."""
         return mixed_targets(targets, mix, outputs_shape)
+
+    def partner_targets(self, targets: torch.Tensor, mix: Mix) -> torch.Tensor:
+        """The partners' targets, for the interpolated loss."""
+        return targets[mix.indices]
 
     def outputs_shape(self, state: State, targets: torch.Tensor) -> tuple[int, ...]:
         """The outputs' shape that says the targets' form: from ``num_classes``, else from the

@@ -247,6 +247,13 @@ def test_cutmix_algorithm_pastes_segmentation_targets():
     assert torch.equal(state.batch[1], state.batch[0][:, 0].long())
 
 
+def test_cutmix_refuses_to_interpolate_the_loss_of_segmentation_targets():
+    x, y = torch.rand(4, 1, 8, 8), torch.zeros(4, 8, 8, dtype=torch.long)
+    state, engine = make_state(nn.Conv2d(1, 4, 1), (x, y), [CutMix(interpolate_loss=True)])
+    with pytest.raises(ValueError, match="use CutMix\\(interpolate_loss=False\\), which pastes the box"):
+        engine.run_event(Event.BEFORE_FORWARD)
+
+
 def test_interpolate_loss_is_composers_argument_off_by_default():
     for cls in (MixUp, CutMix):
         assert cls().interpolate_loss is False and cls(interpolate_loss=True).interpolate_loss is True
