@@ -183,10 +183,7 @@ class Engine:
                 if len(matched) > 1 or not self._passes_keep_singletons:
                     matched = self._order(matched, event)  # (order-only passes cannot change 0 or 1)
                 if matched:
-                    codes = self._invoke_all(matched, "algorithm", "apply", event, seq)
-                    label, value = trace.label, event._value_
-                    for order, (algorithm, code) in enumerate(zip(matched, codes)):
-                        traces[f"{label(algorithm)}/{value}"] = AlgorithmTrace(code, order)
+                    self._invoke_all(matched, "algorithm", "apply", event, seq, traces)
             if state.callbacks and event is not _INIT:
                 self._run_callbacks(event, seq)
         finally:
@@ -215,15 +212,21 @@ class Engine:
             entry = self._callback_events[id(cb)] = (cb, listened_events(cb))
         return entry[1]
 
-    def _invoke_all(self, objs: Sequence[Any], kind: str, method: str, event: Event, seq: int) -> list:
-        """Call ``method`` of each of ``objs`` in order and return what each returned; with the
-        trace on, record each with its duration, exit code, error and the State fields it
-        changed (the watcher compares each call with the state the previous one left)."""
+    def _invoke_all(self, objs: Sequence[Any], kind: str, method: str, event: Event, seq: int,
+                    traces: Optional[Traces] = None) -> None:
+        """Call ``method`` of each of ``objs`` in order, putting what each returned into
+        ``traces`` if given; with the trace on, record each with its duration, exit code, error
+        and the State fields it changed (the watcher compares each call with the state the
+        previous one left)."""
         state, trace, logger = self.state, self.trace, self.logger
+        value = event._value_
         if not trace.recording:
-            return [getattr(obj, method)(event, state, logger) for obj in objs]
-        watcher, rows, codes = self._watcher, trace.invocation_rows, []
-        value, batch = event._value_, state.timestamp.batch
+            for order, obj in enumerate(objs):
+                exit_code = getattr(obj, method)(event, state, logger)
+                if traces is not None:
+                    traces[f"{trace.label(obj)}/{value}"] = _record(AlgorithmTrace, (exit_code, order, True))
+            return
+        watcher, rows, batch = self._watcher, trace.invocation_rows, state.timestamp.batch
         watcher.watch(event)
         for order, obj in enumerate(objs):
             name = trace.label(obj)
@@ -241,8 +244,8 @@ class Engine:
             duration = _now() - t0
             rows.append(_record(InvocationRecord, (seq, value, batch, name, kind, order, exit_code, duration,
                                                    watcher.changed(), None)))
-            codes.append(exit_code)
-        return codes
+            if traces is not None:
+                traces[f"{name}/{value}"] = _record(AlgorithmTrace, (exit_code, order, True))
 
     # -- lifecycle ----------------------------------------------------------------------------
     @property
