@@ -132,6 +132,17 @@ def test_interpolated_loss_pairs_each_row_with_its_partner_in_every_order(mixer,
             assert torch.allclose(loss, true_loss(inputs, outputs), atol=1e-5)
 
 
+@pytest.mark.parametrize("mixer", [MixUp, CutMix])
+def test_evaluation_after_mixed_training_sees_class_targets(mixer):
+    loader = row_identifying_loader()
+    trainer = Trainer(PoolNet(), loader, "2ba", loss_fn=F.cross_entropy, eval_dataloader=loader,
+                      algorithms=[mixer(alpha=1.0)], progress_bar=False)
+    trainer.fit()
+    evaluated = trainer.metrics.query("name == 'metrics/eval/Accuracy'")
+    assert len(evaluated) == 1 and 0 <= evaluated.value.item() <= 1
+    assert trainer.metrics.query("name == 'loss/eval'").value.item() > 0
+
+
 def test_label_smoothing_after_mixing_smooths_the_mixed_targets():
     recorder = run([MixUp(alpha=1.0), RandomSubset(start=0.0, end=1.0, interrupt=0), LabelSmoothing(0.2)], None,
                    ordered=False)
