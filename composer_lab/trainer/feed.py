@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from composer_lab.core.state import State
-from composer_lab.trainer.rng import load_rng_state, preserved_rng, seed_epoch_shuffle
+from composer_lab.trainer.rng import load_rng_state, preserved_rng, seed_epoch_data
 
 __all__ = ["BatchFeed"]
 
@@ -46,7 +46,7 @@ class BatchFeed:
         if self._batches is None:
             state = self.state
             with preserved_rng():
-                seed_epoch_shuffle(state.dataloader, state.seed, state.timestamp.epoch, state.rank)
+                seed_epoch_data(state.dataloader, state.seed, state.timestamp.epoch, state.rank)
                 batches = iter(state.dataloader)
                 for _ in range(state.timestamp.batch_in_epoch):
                     next(batches, None)

@@ -10,7 +10,7 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-__all__ = ["seed_all", "rng_state", "load_rng_state", "preserved_rng", "seed_epoch_shuffle"]
+__all__ = ["seed_all", "rng_state", "load_rng_state", "preserved_rng", "seed_epoch_data"]
 
 _WORKER_SEEDS = 500_009
 """Offset of the DataLoader generator's per-epoch seed from the sampler's, so the workers'
@@ -58,7 +58,7 @@ def preserved_rng() -> Iterator[None]:
         load_rng_state(state)
 
 
-def seed_epoch_shuffle(dataloader: Any, seed: int, epoch: int, rank: int = 0) -> None:
+def seed_epoch_data(dataloader: Any, seed: int, epoch: int, rank: int = 0) -> None:
     """Make this epoch's shuffle order a function of (seed, epoch) and its workers' seeds a
     function of (seed, epoch, rank): reseed a RandomSampler's generator, or call ``set_epoch``
     on samplers that have it (DistributedSampler), and reseed the DataLoader's own generator,
