@@ -23,7 +23,7 @@ from composer_lab.core.event import Event
 from composer_lab.core.state import State
 from composer_lab.core.time import Timestamp
 from composer_lab.lab.control import Control
-from composer_lab.lab.sources import total_batches
+from composer_lab.trainer.duration import total_batches
 
 __all__ = ["OrderPreview", "OrderChange", "preview_orders", "possible_events", "order_changes"]
 

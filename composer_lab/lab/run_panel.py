@@ -20,7 +20,8 @@ from composer_lab.core.callback import Callback
 from composer_lab.core.logger import Logger
 from composer_lab.core.state import State
 from composer_lab.lab.plots import LabFigure, draw_keep_ratio, draw_loss, figure_png
-from composer_lab.lab.sources import RunData, total_batches
+from composer_lab.lab.sources import RunData
+from composer_lab.trainer.duration import total_batches
 
 __all__ = ["RunHandle", "RunMonitor", "RunPanel", "RunStopped"]
 

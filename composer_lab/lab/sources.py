@@ -6,7 +6,6 @@ them all and is written once.
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -17,10 +16,10 @@ import pandas as pd
 from composer_lab.core.engine import Engine
 from composer_lab.core.logger import METRIC_COLUMNS
 from composer_lab.core.state import State
-from composer_lab.core.time import TimeUnit
 from composer_lab.core.trace import EVENT_COLUMNS, INVOCATION_COLUMNS, NOTE_COLUMNS, Trace
+from composer_lab.trainer.duration import total_batches
 
-__all__ = ["RunData", "run_data", "total_batches"]
+__all__ = ["RunData", "run_data"]
 
 _FRAMES = {"events": EVENT_COLUMNS, "invocations": INVOCATION_COLUMNS, "notes": NOTE_COLUMNS,
            "metrics": METRIC_COLUMNS}
@@ -51,19 +50,6 @@ class RunData:
         m = self.metrics
         rows = m[m["name"] == name] if phase is None else m[(m["name"] == name) & (m["phase"] == phase)]
         return rows.groupby("batch", sort=True)["value"].mean()
-
-
-def total_batches(state: State) -> Optional[int]:
-    """A run's length in batches, when max_duration and the dataloader tell it."""
-    duration, per_epoch = state.max_duration, state.dataloader_len
-    if duration.unit is TimeUnit.BATCH:
-        return duration.value
-    if duration.unit is TimeUnit.EPOCH and per_epoch:
-        return duration.value * per_epoch
-    batch_size = getattr(state.dataloader, "batch_size", None)
-    if duration.unit is TimeUnit.SAMPLE and batch_size:
-        return math.ceil(duration.value / batch_size)
-    return None
 
 
 def _saved_length(config: Mapping, events: pd.DataFrame) -> Optional[int]:
