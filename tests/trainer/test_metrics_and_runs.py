@@ -118,3 +118,15 @@ def test_progress_bar_counts_batches_and_can_be_turned_off(capsys):
     assert "6/6" in capsys.readouterr().err
     off = make_trainer(progress_bar=False)
     assert not any(isinstance(cb, ProgressBar) for cb in off.state.callbacks)
+
+
+@pytest.mark.parametrize("duration,first,more", [("40sp", "5/5", "3/3"), ("5ba", "5/5", "3/3"), ("2ep", "6/6", "3/3")])
+def test_progress_bar_total_is_the_run_length_in_batches_whatever_the_unit(capsys, duration, first, more):
+    """The bar's total is the batches left, read by the one rule for a run's length in batches
+    (composer_lab.trainer.duration.total_batches), for samples too; a fit that trains more counts
+    only what it adds."""
+    trainer = make_trainer(progress_bar=True, max_duration=duration)
+    trainer.fit()
+    assert first in capsys.readouterr().err
+    trainer.fit({"40sp": "24sp", "5ba": "3ba", "2ep": "1ep"}[duration])
+    assert more in capsys.readouterr().err
