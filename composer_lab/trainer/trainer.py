@@ -136,6 +136,7 @@ class Trainer:
         self._rank_traces: Optional[dict[str, Any]] = None
         self._close_at_exit = functools.partial(_close_if_alive, weakref.ref(self))  # (exit keeps no trainer alive)
         atexit.register(self._close_at_exit)
+        weakref.finalize(self, atexit.unregister, self._close_at_exit)  # a trainer collected leaves no hook
 
         self.engine.run_event(Event.INIT)
         self.state.model.to(device)
