@@ -100,6 +100,10 @@ def model_outputs_shape(state: State) -> torch.Size:
     return outputs.shape
 
 
+_MIXING_EVENTS = frozenset({Event.AFTER_DATALOADER})
+_INTERPOLATING_EVENTS = frozenset({Event.BEFORE_FORWARD, Event.BEFORE_BACKWARD})
+
+
 class MixingAlgorithm(Algorithm):
     """Mixes the batch (:meth:`mix`) and trains towards the partners' targets in proportion.
 
@@ -118,13 +122,19 @@ class MixingAlgorithm(Algorithm):
                             f"{interpolate_loss!r}")
         self.interpolate_loss = interpolate_loss
         self.num_classes = None if num_classes is None else check_positive("num_classes", num_classes, integer=True)
-        self.events = frozenset({Event.BEFORE_FORWARD, Event.BEFORE_BACKWARD} if interpolate_loss
-                                else {Event.AFTER_DATALOADER})
         self._shapes: dict[tuple, tuple[int, ...]] = {}
         self._partner: Optional[tuple[torch.Tensor, float]] = None
 
+    @property
+    def events(self) -> frozenset:  # type: ignore[override]
+        """Read from ``interpolate_loss``, so a change of it (from the lab's widgets) moves the events too."""
+        return _INTERPOLATING_EVENTS if self.interpolate_loss else _MIXING_EVENTS
+
     def match(self, event: Event, state: State) -> bool:
-        return event in self.events and (event is not Event.BEFORE_BACKWARD or self._partner is not None)
+        """At the declared events (the engine asks only there); ``apply`` acts by the event, so
+        an engine still holding the events of before a change of ``interpolate_loss`` gets the
+        former mode, whole."""
+        return event is not Event.BEFORE_BACKWARD or self._partner is not None
 
     def apply(self, event: Event, state: State, logger: Logger) -> Optional[int]:
         if event is Event.BEFORE_BACKWARD:
@@ -132,7 +142,7 @@ class MixingAlgorithm(Algorithm):
             return None
         inputs, targets = state.batch_get_item(0), state.batch_get_item(1)
         mix = self.mix(inputs, state.generator("cpu"))
-        if self.interpolate_loss:
+        if event is Event.BEFORE_FORWARD:
             self._partner = (self.partner_targets(targets, mix), mix.weight)
             state.batch_set_item(0, mix.inputs)
         else:

@@ -273,6 +273,9 @@ def test_interpolate_loss_is_composers_argument_off_by_default():
         assert cls(interpolate_loss=True).events == {Event.BEFORE_FORWARD, Event.BEFORE_BACKWARD}
     with pytest.raises(TypeError, match="interpolate_loss must be True or False"):
         MixUp(interpolate_loss="yes")
+    switched = MixUp()
+    switched.interpolate_loss = True  # as the lab's hyperparameter widget does
+    assert switched.events == {Event.BEFORE_FORWARD, Event.BEFORE_BACKWARD}
 
 
 def test_interpolated_loss_equals_the_soft_target_loss_for_cross_entropy():
