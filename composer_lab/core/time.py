@@ -61,22 +61,19 @@ class Time:
 
     @classmethod
     def from_epoch(cls, epoch: int) -> "Time":
-        """``Time(epoch, 'ep')``."""
+        """``Time(epoch, 'ep')``; likewise ``from_batch``, ``from_sample``, ``from_duration``."""
         return cls(epoch, TimeUnit.EPOCH)
 
     @classmethod
     def from_batch(cls, batch: int) -> "Time":
-        """``Time(batch, 'ba')``."""
         return cls(batch, TimeUnit.BATCH)
 
     @classmethod
     def from_sample(cls, sample: int) -> "Time":
-        """``Time(sample, 'sp')``."""
         return cls(sample, TimeUnit.SAMPLE)
 
     @classmethod
     def from_duration(cls, duration: float) -> "Time":
-        """``Time(duration, 'dur')``: a fraction of the run."""
         return cls(duration, TimeUnit.DURATION)
 
     @classmethod
@@ -141,14 +138,14 @@ class Time:
     def __lt__(self, other: Any) -> bool:
         return self.value < self._same_unit(other, "compare").value
 
-    def __le__(self, other: Any) -> bool:
-        return self.value <= self._same_unit(other, "compare").value
-
     def __gt__(self, other: Any) -> bool:
         return self.value > self._same_unit(other, "compare").value
 
+    def __le__(self, other: Any) -> bool:
+        return not self > other
+
     def __ge__(self, other: Any) -> bool:
-        return self.value >= self._same_unit(other, "compare").value
+        return not self < other
 
     def __add__(self, other: Any) -> "Time":
         return Time(self.value + self._same_unit(other, "add").value, self.unit)
@@ -225,11 +222,9 @@ class Timestamp:
     # Built directly rather than with dataclasses.replace: these run every batch.
     def to_next_batch(self, samples: Union[int, Time] = 0,
                       duration: Optional[datetime.timedelta] = None) -> "Timestamp":
-        """The timestamp after one more batch of ``samples`` examples that took ``duration``."""
-        samples = int(samples)
-        if duration is None:
-            return Timestamp(self.epoch, self.batch + 1, self.sample + samples, self.batch_in_epoch + 1,
-                             self.sample_in_epoch + samples, self.total_wct, self.epoch_wct, self.batch_wct)
+        """The timestamp after one more batch of ``samples`` examples that took ``duration`` (as in
+        Composer, ``batch_wct`` becomes ``duration``, zero if not given)."""
+        samples, duration = int(samples), _NO_TIME if duration is None else duration
         return Timestamp(self.epoch, self.batch + 1, self.sample + samples, self.batch_in_epoch + 1,
                          self.sample_in_epoch + samples, self.total_wct + duration, self.epoch_wct + duration,
                          duration)

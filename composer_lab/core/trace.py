@@ -12,7 +12,8 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, NamedTuple, Optional, Union
+from collections import namedtuple
+from typing import Any, Optional, Union
 
 import pandas as pd
 
@@ -22,45 +23,30 @@ __all__ = ["Trace", "TRACE_LEVELS", "EVENT_COLUMNS", "INVOCATION_COLUMNS", "NOTE
            "EventRecord", "InvocationRecord", "NoteRecord", "write_parquet", "read_parquet"]
 
 
-class EventRecord(NamedTuple):
-    """One fired event, as the engine records it."""
+class EventRecord(namedtuple("EventRecord", "seq event epoch batch batch_in_epoch microbatch t_start t_end asked")):
+    """One fired event, as the engine records it: ``event`` is the Event's value, ``t_start`` and
+    ``t_end`` perf_counter readings; ``asked``, at level 'all', the labels of the algorithms
+    listening at this event (those without an invocation at ``seq`` did not match: worked out
+    when read, so the run pays nothing more), else None."""
 
-    seq: int
-    event: str  # the Event's value
-    epoch: int
-    batch: int
-    batch_in_epoch: int
-    microbatch: Optional[int]
-    t_start: float  # perf_counter
-    t_end: float
-    asked: Optional[tuple]
-    """At level 'all', the labels of the algorithms listening at this event; those without an
-    invocation at ``seq`` did not match (worked out when read, so the run pays nothing more)."""
+    __slots__ = ()
 
 
-class InvocationRecord(NamedTuple):
-    """One algorithm or callback call."""
+class InvocationRecord(namedtuple("InvocationRecord",
+                                  "seq event batch name kind order exit_code duration changed error")):
+    """One algorithm or callback call: ``name`` its trace label, ``kind`` 'algorithm' or
+    'callback', ``exit_code`` what it returned (as returned), ``changed`` a tuple of the State
+    fields it changed, ``error`` 'Type: message' if it raised."""
 
-    seq: int
-    event: str
-    batch: int
-    name: str  # Trace.label of the object
-    kind: str  # 'algorithm' or 'callback'
-    order: int
-    exit_code: Any  # what apply returned, as returned
-    duration: float
-    changed: tuple  # names of the State fields the call changed
-    error: Optional[str]
+    __slots__ = ()
 
 
-class NoteRecord(NamedTuple):
-    """Something that is not an event (a setting changed from a widget, a resume)."""
+class NoteRecord(namedtuple("NoteRecord", "seq epoch batch kind text")):
+    """Something that is not an event (a setting changed from a widget, a resume), tied to the
+    last event fired (``seq``)."""
 
-    seq: int
-    epoch: Optional[int]
-    batch: Optional[int]
-    kind: str
-    text: str
+    __slots__ = ()
+
 
 TRACE_LEVELS = ("all", "ran", "off")
 """'all': every event and call, also the ``match`` calls that said no; 'ran': events and the

@@ -51,9 +51,11 @@ SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[Heal
 
 
 def spy(algorithm: Algorithm, listens: Optional[frozenset], says_yes: frozenset, log: list) -> Algorithm:
-    """``algorithm``, still of its class, listening at ``listens`` (None: every event), matching
-    at ``says_yes`` and appending itself to ``log`` when applied."""
-    algorithm.events = listens
+    """``algorithm``, of a subclass of its class with the same name (its ``events`` may be a
+    property), listening at ``listens`` (None: every event), matching at ``says_yes`` and
+    appending itself to ``log`` when applied."""
+    cls = type(algorithm)
+    algorithm.__class__ = type(cls.__name__, (cls,), {"events": listens})
     algorithm.match = lambda event, state: event in says_yes
     algorithm.apply = lambda event, state, logger: log.append(algorithm)
     return algorithm
