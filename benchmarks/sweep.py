@@ -86,7 +86,8 @@ def main() -> None:
     print(f"dask / local pool, 2 workers each: {dask / two:.2f}x (target within 10%: >= 0.90x)")
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps({
-        "runs_per_sweep": 2 * args.seeds, "rounds": args.rounds, "runs_per_minute": best, "rounds_runs_per_minute": rates,
+        "runs_per_sweep": 2 * args.seeds, "rounds": args.rounds, "runs_per_minute": best,
+        "rounds_runs_per_minute": rates,
         "speedup_2_workers": two / one, "dask_vs_local": dask / two, "cpu_count": os.cpu_count(),
         "load_average_at_end": os.getloadavg()}, indent=2))
     print(f"saved to {RESULTS}")

@@ -94,7 +94,8 @@ class SweepPanel(widgets.VBox):
     def __init__(self, make_trainer: Callable[[list, int], Any], algorithms: Sequence[Algorithm], seeds: int = 5,
                  workers: Optional[int] = None, metric: str = DEFAULT_METRIC,
                  folder: Union[str, Path, None] = None, executor: Any = None) -> None:
-        self.make_trainer, self.algorithms, self.metric, self.executor = make_trainer, list(algorithms), metric, executor
+        self.make_trainer, self.algorithms = make_trainer, list(algorithms)
+        self.metric, self.executor = metric, executor
         self.folder = Path(folder) if folder is not None else Path(tempfile.mkdtemp(prefix="sweeps-"))
         self.checks = [widgets.Checkbox(value=True, description=name, indent=False)
                        for name in algorithm_names(self.algorithms)]

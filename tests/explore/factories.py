@@ -50,3 +50,12 @@ def slow(delay: float, algorithms: list, seed: int) -> Trainer:
 
     time.sleep(delay)
     return make_trainer(algorithms, seed)
+
+
+def dying_while(flag: str, algorithms: list, seed: int) -> Trainer:
+    """:func:`make_trainer`, but the worker process dies at seed 1 while the file ``flag`` exists."""
+    import os
+
+    if seed == 1 and os.path.exists(flag):
+        os._exit(1)
+    return make_trainer(algorithms, seed)

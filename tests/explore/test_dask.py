@@ -90,7 +90,8 @@ def test_the_sweep_command_trains_on_a_scheduler(client, tmp_path, capsys):
                  "--scheduler", client.scheduler.address, "--folder", str(folder)]) == 0
     out = capsys.readouterr().out
     assert "2 distinct orders x 2 seeds, 4 runs to train" in out
-    assert {"results.parquet", "ranking.csv", "ranking.png", "commutation.parquet"} <= {p.name for p in folder.iterdir()}
+    written = {p.name for p in folder.iterdir()}
+    assert {"results.parquet", "ranking.csv", "ranking.png", "commutation.parquet"} <= written
     ranking = pd.read_csv(folder / "ranking.csv")
     assert sorted(ranking["order"]) == ["CutOut > MixUp > LabelSmoothing", "MixUp > CutOut > LabelSmoothing"]
     assert (ranking["n"] == 2).all() and ranking["order"].iloc[0] in out
