@@ -9,6 +9,7 @@ and the data order, so the runs of two orders with one seed form a pair.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import queue
@@ -111,7 +112,7 @@ class Sweep:
         futures = {}
         for trial in pending:
             algorithms = [self.algorithms[i] for i in trial.positions]
-            trial = Trial(trial.order, trial.positions, trial.seed, trial.key, uuid.uuid4().hex)
+            trial = dataclasses.replace(trial, attempt=uuid.uuid4().hex)
             future = executor.submit(run_trial, self.make_trainer, algorithms, trial, str(self.folder.path),
                                      self.metric)
             futures[future] = trial
@@ -131,13 +132,13 @@ class Sweep:
             error = future.exception()
             if error is not None:
                 _cancel(futures)
+                if isinstance(error, (ValueError, TypeError)):
+                    raise error  # bad input (the factory, the metric): as the worker raised it
                 raise self._failure(futures[future], error) from error
             on_result(future.result())
 
-    def _failure(self, trial: Trial, error: BaseException) -> BaseException:
-        """The error to raise for a failed run: bad input as it is, anything else with what to do."""
-        if isinstance(error, (ValueError, TypeError)):
-            return error
+    def _failure(self, trial: Trial, error: BaseException) -> RuntimeError:
+        """A failed run (a crash, a lost worker), with what finished and what to do."""
         done = len(self.folder.rows())
         return RuntimeError(f"the run of {trial.order!r} with seed {trial.seed} failed ({type(error).__name__}: "
                             f"{error}); {done} of {len(self.trials())} runs finished and are saved in "
