@@ -48,6 +48,10 @@ class NoteRecord(namedtuple("NoteRecord", "seq epoch batch kind text")):
     __slots__ = ()
 
 
+TRACE_FORMAT = "composer_lab.trace/2"
+"""What :meth:`Trace.save` writes into trace.json: 2 since ``changed`` is a list column and exit
+codes JSON text."""
+
 TRACE_LEVELS = ("all", "ran", "off")
 """'all': every event and call, also the ``match`` calls that said no; 'ran': events and the
 calls that ran; 'off': nothing."""
@@ -201,7 +205,8 @@ class Trace:
         folder.mkdir(parents=True, exist_ok=True)
         for name in ("events", "invocations", "notes"):
             write_parquet(getattr(self, name), folder / f"{name}.parquet")
-        info = {"level": self.level, "meta": self.meta, "names": list(self.invocations["name"].cat.categories)}
+        info = {"format": TRACE_FORMAT, "level": self.level, "meta": self.meta,
+                "names": list(self.invocations["name"].cat.categories)}
         (folder / "trace.json").write_text(json.dumps(info, default=str))
         return folder
 
@@ -215,6 +220,10 @@ class Trace:
             raise FileNotFoundError(f"{folder} is not a saved trace: {', '.join(missing)} missing; "
                                     f"write one with Trace.save(folder) or Trainer(save_folder=...)")
         info = json.loads((folder / "trace.json").read_text())
+        if info.get("format") != TRACE_FORMAT:
+            raise ValueError(f"{folder} holds a trace saved by an older composer_lab (format "
+                             f"{info.get('format', 1)!r}, not {TRACE_FORMAT!r}: 'changed' as text); run it again "
+                             f"and save it with this version")
         trace = cls(info["level"])
         trace.meta = info.get("meta", {})
         # Parquet keeps dtypes, except the categories of empty columns: restore them.
@@ -245,9 +254,12 @@ def read_parquet(source: Any) -> pd.DataFrame:
     """Read what :func:`write_parquet` wrote: exit codes as the values they were, ``changed``
     as tuples of field names."""
     frame = pd.read_parquet(source)
+    if "changed" in frame.columns:
+        if any(isinstance(fields, str) for fields in frame["changed"]):
+            raise ValueError("these trace frames were written by an older composer_lab ('changed' as text); "
+                             "run the experiment again with this version")
+        frame["changed"] = pd.Series([tuple(fields) for fields in frame["changed"]], index=frame.index, dtype=object)
     if "exit_code" in frame.columns:
         frame["exit_code"] = pd.Series([None if pd.isna(code) else json.loads(code) for code in frame["exit_code"]],
                                        index=frame.index, dtype=object)
-    if "changed" in frame.columns:
-        frame["changed"] = pd.Series([tuple(fields) for fields in frame["changed"]], index=frame.index, dtype=object)
     return frame

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from composer_lab.core import Algorithm, Callback, Engine, Event, Trace
-from composer_lab.core.trace import EVENT_COLUMNS, INVOCATION_COLUMNS, EventRecord, InvocationRecord
+from composer_lab.core.trace import EVENT_COLUMNS, INVOCATION_COLUMNS, EventRecord, InvocationRecord, read_parquet
 
 from .helpers import Recorder
 
@@ -307,3 +307,20 @@ def test_a_fit_with_string_exit_codes_checkpoints_and_saves_its_trace(tmp_path):
                       load_path=trainer.checkpoints[-1], progress_bar=False)
     saved_calls = resumed.resumed_from["trace"]["invocations"]
     assert list(saved_calls.query("name == 'Counts' and matched").exit_code) == [3, 3]
+
+
+def test_a_trace_saved_by_an_older_version_is_refused_not_misread(state, tmp_path):
+    import json
+
+    engine = Engine(state)
+    engine.run_event(Event.BATCH_START)
+    folder = engine.trace.save(tmp_path / "t")
+    info = json.loads((folder / "trace.json").read_text())
+    del info["format"]
+    (folder / "trace.json").write_text(json.dumps(info))
+    with pytest.raises(ValueError, match="older composer_lab"):
+        Trace.load(folder)
+    legacy = pd.DataFrame({"changed": ["batch,loss", ""]})
+    legacy.to_parquet(tmp_path / "legacy.parquet")
+    with pytest.raises(ValueError, match="older composer_lab"):
+        read_parquet(tmp_path / "legacy.parquet")
