@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from composer_lab.trainer.batching import batch_inputs, batch_targets
-from composer_lab.trainer.checks import check_callable
+from composer_lab.trainer.checks import check_model
 
 __all__ = ["ModelAdapter"]
 
@@ -21,17 +21,7 @@ class ModelAdapter:
     """Calls ``model`` the way its form needs; ``loss_fn`` None means the model has ``loss``."""
 
     def __init__(self, model: Any, loss_fn: Optional[Callable[..., torch.Tensor]]) -> None:
-        if not isinstance(model, torch.nn.Module):
-            raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}; wrap your "
-                            f"network in an nn.Module (with forward(batch) and loss(outputs, batch) if "
-                            f"it computes its own loss)")
-        if loss_fn is not None:
-            check_callable(loss_fn, "loss_fn", "a callable (outputs, targets) -> loss such as "
-                           "torch.nn.functional.cross_entropy")
-        if loss_fn is None and not callable(getattr(model, "loss", None)):
-            raise ValueError(f"the model {type(model).__name__} has no loss: pass loss_fn (e.g. "
-                             f"loss_fn=torch.nn.functional.cross_entropy), or give the model a method "
-                             f"loss(outputs, batch) and a forward(batch)")
+        check_model(model, loss_fn)
         self.loss_fn = loss_fn
 
     def forward(self, model: torch.nn.Module, batch: Any) -> Any:

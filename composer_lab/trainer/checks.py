@@ -11,7 +11,8 @@ import torch
 from composer_lab.core.algorithm import Algorithm
 from composer_lab.core.callback import Callback
 
-__all__ = ["check_callable", "check_dataloader", "check_items", "check_microbatch_size", "check_components"]
+__all__ = ["check_callable", "check_model", "check_dataloader", "check_items", "check_microbatch_size",
+           "check_components"]
 
 
 def check_callable(value: Any, name: str, expected: str) -> Any:
@@ -21,6 +22,22 @@ def check_callable(value: Any, name: str, expected: str) -> Any:
         raise TypeError(f"{name} must be {expected}, got {type(value).__name__} {value!r}; pass the function "
                         f"itself, not its name")
     return value
+
+
+def check_model(model: Any, loss_fn: Any) -> None:
+    """A model is an ``nn.Module``, used with a callable ``loss_fn``, or with its own ``loss``
+    method when ``loss_fn`` is None."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}; wrap your "
+                        f"network in an nn.Module (with forward(batch) and loss(outputs, batch) if "
+                        f"it computes its own loss)")
+    if loss_fn is not None:
+        check_callable(loss_fn, "loss_fn", "a callable (outputs, targets) -> loss such as "
+                       "torch.nn.functional.cross_entropy")
+    elif not callable(getattr(model, "loss", None)):
+        raise ValueError(f"the model {type(model).__name__} has no loss: pass loss_fn (e.g. "
+                         f"loss_fn=torch.nn.functional.cross_entropy), or give the model a method "
+                         f"loss(outputs, batch) and a forward(batch)")
 
 
 def check_dataloader(dataloader: Any, name: str) -> Any:
