@@ -58,6 +58,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(1)
+    load_at_start = os.getloadavg()  # other work on the machine: the ratios mean little when it exceeds the cores
     from distributed import Client, LocalCluster
 
     cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
@@ -84,12 +85,13 @@ def main() -> None:
         print(f"{name:>30}: {rate:6.1f} runs/min (rounds: {', '.join(f'{r:.1f}' for r in rates[name])})")
     print(f"2 local workers / 1 local worker: {two / one:.2f}x (target >= 1.7x on 2 cores)")
     print(f"dask / local pool, 2 workers each: {dask / two:.2f}x (target within 10%: >= 0.90x)")
+    print(f"load average (1 min) at start {load_at_start[0]:.1f}, at end {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps({
         "runs_per_sweep": 2 * args.seeds, "rounds": args.rounds, "runs_per_minute": best,
         "rounds_runs_per_minute": rates,
         "speedup_2_workers": two / one, "dask_vs_local": dask / two, "cpu_count": os.cpu_count(),
-        "load_average_at_end": os.getloadavg()}, indent=2))
+        "load_average_at_start": load_at_start, "load_average_at_end": os.getloadavg()}, indent=2))
     print(f"saved to {RESULTS}")
 
 
