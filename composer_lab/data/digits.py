@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from composer_lab.data.checks import check_held_out
 from composer_lab.data.loaders import make_dataloaders
 
 __all__ = ["digits_datasets", "digits_dataloaders"]
@@ -15,8 +16,7 @@ def digits_datasets(eval_fraction: float = 0.2, seed: int = 0) -> tuple[TensorDa
     at random (fixed by ``seed``)."""
     from sklearn.datasets import load_digits
 
-    if not 0 < eval_fraction < 1:
-        raise ValueError(f"eval_fraction must be between 0 and 1 (the share held out), got {eval_fraction}")
+    check_held_out(eval_fraction)
     digits = load_digits()
     images = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0
     labels = torch.tensor(digits.target, dtype=torch.int64)

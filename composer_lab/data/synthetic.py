@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from composer_lab.data.checks import check_positive_int
 from composer_lab.data.loaders import make_dataloaders
 
 __all__ = ["synthetic_images", "synthetic_dataloaders"]
@@ -15,8 +16,7 @@ def synthetic_images(n: int = 2048, num_classes: int = 10, image_size: int = 32,
                      noise: float = 0.5, seed: int = 0) -> TensorDataset:
     """``n`` images ``(channels, image_size, image_size)`` with int64 labels."""
     for name, value in (("n", n), ("num_classes", num_classes), ("image_size", image_size), ("channels", channels)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        check_positive_int(name, value)
     gen = torch.Generator().manual_seed(seed)
     patterns = torch.randn(num_classes, channels, image_size, image_size, generator=gen)
     labels = torch.randint(0, num_classes, (n,), generator=gen)
