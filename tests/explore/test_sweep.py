@@ -15,7 +15,7 @@ from composer_lab.algorithms import CutOut, LabelSmoothing, MixUp
 from composer_lab.explore import InlineExecutor, Sweep
 from composer_lab.explore.results import SweepFolder
 from tests.explore import factories
-from tests.explore.factories import failing_while, make_trainer, not_a_trainer
+from tests.explore.factories import failing_while, make_trainer, not_a_trainer, slow
 
 METRIC = "metrics/eval/Accuracy"
 
@@ -101,7 +101,8 @@ def test_a_crashed_run_loses_nothing_and_resumes(tmp_path):
 
 def test_stop_cancels_what_has_not_started_and_keeps_what_finished(tmp_path):
     stop = threading.Event()
-    sweep = Sweep(make_trainer, [LabelSmoothing()], seeds=range(6), executor=ThreadPoolExecutor(1), folder=tmp_path)
+    slower = functools.partial(slow, 0.2)  # runs long enough that the stop finds some not started
+    sweep = Sweep(slower, [LabelSmoothing()], seeds=range(6), executor=ThreadPoolExecutor(1), folder=tmp_path)
     results = sweep.run(on_result=lambda row: stop.set(), stop=stop)
     assert 1 <= len(results) < 6
     assert len(sweep.pending()) == 6 - len(results)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 from composer_lab.algorithms import CutOut, LabelSmoothing, MixUp
 from composer_lab.lab import SweepPanel
-from tests.explore.factories import make_trainer
+from tests.explore.factories import make_trainer, slow
 
 
 def test_a_sweep_of_the_checked_algorithms_fills_progress_table_and_plot(tmp_path):
@@ -26,7 +27,8 @@ def test_a_sweep_of_the_checked_algorithms_fills_progress_table_and_plot(tmp_pat
 
 
 def test_stop_keeps_what_finished_and_a_new_start_resumes(tmp_path):
-    panel = SweepPanel(make_trainer, [LabelSmoothing()], seeds=6, folder=tmp_path, executor=ThreadPoolExecutor(1))
+    slower = functools.partial(slow, 0.5)  # runs long enough that Stop finds some not started
+    panel = SweepPanel(slower, [LabelSmoothing()], seeds=6, folder=tmp_path, executor=ThreadPoolExecutor(1))
     handle = panel.start()
     while panel.progress.value < 1 and not handle.done:
         time.sleep(0.02)
