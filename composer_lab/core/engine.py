@@ -14,14 +14,14 @@ from composer_lab.core.event import _PHASE, Event
 from composer_lab.core.logger import Logger
 from composer_lab.core.passes import DEFAULT_PASSES, ORDER_ONLY_PASSES, AlgorithmPass, pass_name
 from composer_lab.core.state import State
-from composer_lab.core.trace import EventRecord, InvocationRecord, Trace
+from composer_lab.core.trace import Trace
 
 __all__ = ["Engine", "AlgorithmTrace", "Traces"]
 
 PassSpec = Union[AlgorithmPass, tuple, Sequence[Any]]
 _now = time.perf_counter
 _INIT = Event.INIT
-_record = tuple.__new__  # builds a trace record from a tuple at half the cost of calling its class
+_record = tuple.__new__  # builds a named tuple from a tuple at half the cost of calling its class
 
 
 class AlgorithmTrace(NamedTuple):
@@ -189,8 +189,8 @@ class Engine:
         finally:
             if trace.recording:
                 ts = state.timestamp
-                trace.event_rows.append(_record(EventRecord, (
-                    seq, event._value_, ts.epoch, ts.batch, ts.batch_in_epoch, state.microbatch, t0, _now(), asked)))
+                trace.event_rows.append(  # an EventRecord's fields, as a plain tuple (see Trace)
+                    (seq, event._value_, ts.epoch, ts.batch, ts.batch_in_epoch, state.microbatch, t0, _now(), asked))
         return traces
 
     def _list_algorithms(self, algorithms: list) -> None:
@@ -238,12 +238,11 @@ class Engine:
                 duration = _now() - t0
                 changed = watcher.changed()
                 watcher.forget()
-                rows.append(_record(InvocationRecord, (seq, value, batch, name, kind, order, None, duration, changed,
-                                                       f"{type(err).__name__}: {err}")))
+                rows.append((seq, value, batch, name, kind, order, None, duration, changed,  # InvocationRecord's
+                             f"{type(err).__name__}: {err}"))
                 raise
             duration = _now() - t0
-            rows.append(_record(InvocationRecord, (seq, value, batch, name, kind, order, exit_code, duration,
-                                                   watcher.changed(), None)))
+            rows.append((seq, value, batch, name, kind, order, exit_code, duration, watcher.changed(), None))
             if traces is not None:
                 traces[f"{name}/{value}"] = _record(AlgorithmTrace, (exit_code, order, True))
 

@@ -88,9 +88,9 @@ class Trace:
         self.level = level
         self.seq = -1
         self._t0 = time.perf_counter()
-        self.event_rows: list[EventRecord] = []
-        self.invocation_rows: list[InvocationRecord] = []
-        self._notes: list[NoteRecord] = []
+        self.event_rows: list[tuple] = []
+        self.invocation_rows: list[tuple] = []
+        self._notes: list[tuple] = []
         self._labels: dict[int, tuple[Any, str]] = {}
         self._label_counts: dict[str, int] = {}
         self._label_cls: dict[str, str] = {}
@@ -125,15 +125,28 @@ class Trace:
         return entry[1]
 
     # -- rows (appended by the engine) -------------------------------------------------------
-    # The engine appends EventRecord and InvocationRecord rows to event_rows and invocation_rows
-    # directly (a method call per row would cost more than the row); the DataFrames are built
-    # from them when read.
+    # The engine appends rows to event_rows and invocation_rows directly (a method call per row
+    # would cost more than the row), as plain tuples in the field order of EventRecord and
+    # InvocationRecord: the garbage collector stops tracking a plain tuple of numbers and strings,
+    # not a tuple subclass, and a long trace of tracked rows made every collection, so every
+    # row, about ten times slower. Read them as records (by name) with the methods below.
+    def event_records(self) -> list[EventRecord]:
+        """The fired events so far, as records."""
+        return list(map(EventRecord._make, self.event_rows))
+
+    def invocation_records(self) -> list[InvocationRecord]:
+        """The calls so far, as records."""
+        return list(map(InvocationRecord._make, self.invocation_rows))
+
+    def note_records(self) -> list[NoteRecord]:
+        """The notes so far, as records."""
+        return list(map(NoteRecord._make, self._notes))
 
     def note(self, kind: str, text: str, timestamp: Any = None) -> None:
         """Record something that is not an event: a setting changed from a widget, an
         interruption, a resumed checkpoint. It is tied to the last event fired."""
         epoch, batch = (timestamp.epoch, timestamp.batch) if timestamp is not None else (None, None)
-        self._notes.append(NoteRecord(self.seq, epoch, batch, kind, text))
+        self._notes.append((self.seq, epoch, batch, kind, text))
 
     # -- reading ----------------------------------------------------------------------------
     @property
@@ -170,10 +183,10 @@ class Trace:
             cached = self._cache[key] = ((len(rows),), build(rows))
         return cached[1]
 
-    def _build_events(self, rows: list[EventRecord]) -> pd.DataFrame:
+    def _build_events(self, rows: list[tuple]) -> pd.DataFrame:
         t0 = self._t0
         rows = [(r.seq, _PHASE_OF[r.event], r.event, r.epoch, r.batch, r.batch_in_epoch, r.microbatch,
-                 r.t_start - t0, r.t_end - r.t_start) for r in rows]
+                 r.t_start - t0, r.t_end - r.t_start) for r in map(EventRecord._make, rows)]
         df = pd.DataFrame.from_records(rows, columns=list(EVENT_COLUMNS))
         df = df.sort_values("seq", kind="stable", ignore_index=True)
         return df.astype(_DTYPES["events"])
@@ -181,12 +194,13 @@ class Trace:
     def _build_invocations(self) -> pd.DataFrame:
         # Within an event: what ran, in its order, then what did not match, in list order.
         cls = self._label_cls
+        calls = self.invocation_records()
         rows = [((r.seq, 0, r.order), r.seq, r.event, r.batch, r.name, cls[r.name], r.kind, True, r.order,
-                 r.exit_code, r.duration, r.changed, r.error) for r in self.invocation_rows]
-        ran = {(r.seq, r.name) for r in self.invocation_rows if r.kind == "algorithm"}
+                 r.exit_code, r.duration, r.changed, r.error) for r in calls]
+        ran = {(r.seq, r.name) for r in calls if r.kind == "algorithm"}
         rows += [((e.seq, 1, pos), e.seq, e.event, e.batch, name, cls[name], "algorithm", False, None, None, None,
                   (), None)
-                 for e in filter(_asked, self.event_rows) for pos, name in enumerate(e.asked)
+                 for e in filter(_asked, self.event_records()) for pos, name in enumerate(e.asked)
                  if (e.seq, name) not in ran]
         rows.sort(key=lambda r: r[0])
         df = pd.DataFrame.from_records([r[1:] for r in rows], columns=list(INVOCATION_COLUMNS))
@@ -236,7 +250,7 @@ class Trace:
     def __repr__(self) -> str:
         return (f"Trace(level={self.level!r}, events={len(self.event_rows)}, "
                 f"invocations={len(self.invocation_rows)}, unmatched_calls="
-                f"{sum(len(r.asked) for r in filter(_asked, self.event_rows))}, notes={len(self._notes)})")
+                f"{sum(len(r.asked) for r in filter(_asked, self.event_records()))}, notes={len(self._notes)})")
 
 
 def write_parquet(frame: pd.DataFrame, target: Any) -> None:

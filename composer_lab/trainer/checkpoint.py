@@ -43,7 +43,7 @@ class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
 def frame_to_bytes(frame: pd.DataFrame) -> bytes:
     """A DataFrame as parquet bytes (a type ``weights_only`` loading accepts)."""
     buffer = io.BytesIO()
-    frame.to_parquet(buffer, index=False)
+    write_parquet(frame, buffer)
     return buffer.getvalue()
 
 

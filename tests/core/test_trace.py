@@ -264,8 +264,9 @@ def test_records_are_named(state):
     state.algorithms = [Smooth()]
     engine = Engine(state)
     engine.run_event(Event.BEFORE_LOSS)
-    (event,), (call,) = engine.trace.event_rows, engine.trace.invocation_rows
+    (event,), (call,) = engine.trace.event_records(), engine.trace.invocation_records()
     assert isinstance(event, EventRecord) and isinstance(call, InvocationRecord)
+    assert type(engine.trace.event_rows[0]) is tuple  # stored plain: the garbage collector untracks them
     assert (event.event, call.name, call.exit_code, call.changed) == ("before_loss", "Smooth", 7, ("batch",))
 
 
