@@ -115,8 +115,8 @@ def _attention_modules(model: nn.Module, attention_module: type, attr_to_replace
     method ``attr_to_replace``."""
     if not isinstance(attention_module, type):
         raise TypeError(f"attention_module must be the class of the model's attention layers (e.g. "
-                        f"CausalSelfAttention), got {type(attention_module).__name__} {attention_module!r}; pass the class "
-                        f"itself, not its name")
+                        f"CausalSelfAttention), got {type(attention_module).__name__} {attention_module!r}; "
+                        f"pass the class itself, not its name")
     found = [(name, m) for name, m in model.named_modules() if isinstance(m, attention_module)]
     if not found:
         classes = [type(m).__name__ for m in model.modules()]

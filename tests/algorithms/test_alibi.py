@@ -40,7 +40,8 @@ def paper_bias(n_heads: int, length: int) -> torch.Tensor:
 
 @pytest.mark.parametrize("n_heads", [1, 2, 8, 16])
 def test_slopes_and_biases_follow_the_paper_for_powers_of_two(n_heads):
-    assert torch.allclose(alibi_slopes(n_heads), torch.tensor([2.0 ** (-8 * h / n_heads) for h in range(1, n_heads + 1)]))
+    paper = torch.tensor([2.0 ** (-8 * h / n_heads) for h in range(1, n_heads + 1)])
+    assert torch.allclose(alibi_slopes(n_heads), paper)
     assert torch.equal(alibi_bias(alibi_slopes(n_heads), 6), paper_bias(n_heads, 6))
 
 
