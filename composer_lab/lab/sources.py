@@ -16,8 +16,10 @@ import pandas as pd
 from composer_lab.core.engine import Engine
 from composer_lab.core.logger import METRIC_COLUMNS
 from composer_lab.core.state import State
+from composer_lab.core.time import Time, TimeUnit
 from composer_lab.core.trace import EVENT_COLUMNS, INVOCATION_COLUMNS, NOTE_COLUMNS, Trace
 from composer_lab.trainer.duration import total_batches
+from composer_lab.trainer.run import Run
 
 __all__ = ["RunData", "run_data"]
 
@@ -55,9 +57,9 @@ class RunData:
 def _saved_length(config: Mapping, events: pd.DataFrame) -> Optional[int]:
     """A saved run's length in batches: its max_duration if given in batches, else the
     training steps its trace recorded."""
-    duration = str(config.get("max_duration", ""))
-    if duration.endswith("ba") and duration[:-2].isdigit():
-        return int(duration[:-2])
+    duration = Time.from_timestring(config["max_duration"]) if "max_duration" in config else None
+    if duration is not None and duration.unit is TimeUnit.BATCH:
+        return duration.value
     steps = (events["event"].astype(str) == "batch_end") & (events["phase"].astype(str) == "fit")
     return int(steps.sum()) or None
 
@@ -75,12 +77,6 @@ def _from_frame(frame: pd.DataFrame, name: str) -> RunData:
 
 
 def _from_folder(folder: Path) -> RunData:
-    try:
-        from composer_lab.trainer.run import Run
-    except ImportError:  # the run store is not there: read the trace and metrics files directly
-        metrics_file = folder / "metrics.parquet"
-        metrics = pd.read_parquet(metrics_file) if metrics_file.exists() else _empty("metrics")
-        return _from_trace(Trace.load(folder), name=folder.name, metrics=metrics)
     return run_data(Run.load(folder))
 
 
@@ -110,10 +106,9 @@ def run_data(source: Any, name: Optional[str] = None) -> RunData:
         metrics = source.logger.metrics if isinstance(source, Engine) else source.metrics
         data = _from_trace(source.trace, name=state.run_name, metrics=metrics,
                            algorithms=list(state.algorithms), total_batches=total_batches(state))
-    elif isinstance(getattr(source, "trace", None), Trace) and hasattr(source, "metrics"):
-        config = dict(getattr(source, "config", {}) or {})
-        data = _from_trace(source.trace, name=getattr(source, "name", "run"), metrics=source.metrics,
-                           config=config)
+    elif isinstance(source, Run):
+        config = dict(source.config)
+        data = _from_trace(source.trace, name=source.name, metrics=source.metrics, config=config)
         data.total_batches = _saved_length(config, data.events)
     else:
         raise TypeError(f"cannot read a run from {type(source).__name__}; give {_ACCEPTED}")
