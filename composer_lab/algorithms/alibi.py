@@ -59,8 +59,10 @@ def alibi_bias(slopes: torch.Tensor, query_length: int, key_length: Optional[int
 
 def alibi_attention(self: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
     """Replaces ``CausalSelfAttention._attn`` of TinyGPT: scaled dot-product attention of
-    ``(N, heads, T, head_dim)`` tensors with the module's ALiBi biases (causal) added to the scores."""
-    bias = alibi_bias(getattr(self, SLOPES_BUFFER), query.shape[-2], key.shape[-2]).to(query.dtype)
+    ``(N, heads, T, head_dim)`` tensors with the module's ALiBi biases (causal) added to the scores.
+    The bias goes in with a batch dimension: a 4-d mask keeps PyTorch's fused CPU kernel (a 3-d
+    one took it to a path about twice as slow)."""
+    bias = alibi_bias(getattr(self, SLOPES_BUFFER), query.shape[-2], key.shape[-2]).to(query.dtype)[None]
     return F.scaled_dot_product_attention(query, key, value, attn_mask=bias,
                                           dropout_p=self.dropout if self.training else 0.0)
 
@@ -70,7 +72,7 @@ def gpt2_alibi_attention(self: nn.Module, query: torch.Tensor, key: torch.Tensor
     """Replaces ``_upcast_and_reordered_attn`` of transformers' ``GPT2Attention``: its scaled
     attention with the ALiBi biases (causal) plus the model's mask; returns ``(output (N, T, heads,
     head_dim), None)`` as the method it replaces does (no attention weights are kept)."""
-    bias = alibi_bias(getattr(self, SLOPES_BUFFER), query.shape[-2], key.shape[-2]).to(query.dtype)
+    bias = alibi_bias(getattr(self, SLOPES_BUFFER), query.shape[-2], key.shape[-2]).to(query.dtype)[None]
     if attention_mask is not None:
         if attention_mask.dtype == torch.bool:
             attention_mask = torch.zeros_like(attention_mask, dtype=query.dtype).masked_fill(~attention_mask,
