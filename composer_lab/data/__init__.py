@@ -1,5 +1,6 @@
-"""Datasets that need no download: scikit-learn's digits, generated images, and a CIFAR-10
-reader for the standard python pickles under ``data/cifar-10-batches-py``."""
+"""Datasets that need no download: scikit-learn's digits, generated images, characters of the
+Python standard library's source (for language models), and a CIFAR-10 reader for the standard
+python pickles under ``data/cifar-10-batches-py``."""
 
 from composer_lab.data.cifar10 import CIFAR10, cifar10_dataloaders
 from composer_lab.data.digits import digits_dataloaders, digits_datasets

@@ -83,7 +83,7 @@ def text_datasets(sequence_length: int = 128, eval_sequence_length: Optional[int
     tokens = encode(stdlib_text(modules))
     split = int(len(tokens) * (1 - eval_fraction))
     return (TextSequences(tokens[:split], sequence_length),
-            TextSequences(tokens[split:], eval_sequence_length or sequence_length))
+            TextSequences(tokens[split:], sequence_length if eval_sequence_length is None else eval_sequence_length))
 
 
 def text_dataloaders(batch_size: int = 64, sequence_length: int = 128, eval_sequence_length: Optional[int] = None,

@@ -40,6 +40,8 @@ def test_loaders_yield_batches_of_the_chosen_lengths():
     x, y = next(iter(train))
     assert x.shape == y.shape == (4, 16) and torch.equal(x[:, 1:], y[:, :-1])
     assert next(iter(held))[0].shape[1] == 64
+    with pytest.raises(ValueError, match="sequence_length must be a positive integer, got 0"):
+        text_datasets(16, eval_sequence_length=0, modules=["string"])
     full_train, full_held = text_datasets(128)
     assert len(full_train) > 2000 and len(full_held) > 200 and DATASETS["text"] is text_dataloaders
     assert len(stdlib_text(STDLIB_MODULES)) > 300_000
