@@ -44,7 +44,7 @@ class InlineExecutor(Executor):
         future: Future = Future()
         try:
             future.set_result(fn(*args, **kwargs))
-        except BaseException as err:  # the future carries it, as a pool's would
+        except Exception as err:  # the future carries it, as a pool's would (an interrupt stops the sweep)
             future.set_exception(err)
         return future
 

@@ -50,8 +50,10 @@ class Sweep:
         algorithms: the algorithms to order, each instance once.
         seeds: the seeds, e.g. ``range(5)``.
         metric: the final metric ranked (a name the runs log, e.g. 'metrics/eval/Accuracy').
-        orders: the orders to train: None for every distinct order (:func:`orderings`), an
-            ``orderings(...)`` table, or a list of orders given as positions into ``algorithms``.
+        orders: the orders to train: None for every distinct order under the default passes
+            (:func:`orderings`; for a factory that changes the passes, pass
+            ``orderings(algorithms, passes=...)``), an ``orderings(...)`` table, or a list of
+            orders given as positions into ``algorithms``.
         executor: anything with ``submit(fn, *args) -> future`` and ``future.result()``; None for
             a local process pool with one worker per core (see :mod:`~composer_lab.explore.executors`).
         folder: the sweep folder (None: a new temporary one). Run again on the same folder, a
