@@ -211,12 +211,11 @@ class Timestamp:
 
     def get(self, unit: TimeUnit) -> int:
         """The count in ``unit`` (epochs, batches or samples)."""
-        field = _FIELD_OF_UNIT.get(unit)
+        field = _FIELD_OF_UNIT.get(unit)  # (a str enum: 'ba' finds TimeUnit.BATCH)
         if field is None:
-            if TimeUnit(unit) is TimeUnit.DURATION:
-                raise ValueError("a Timestamp counts epochs, batches and samples, not 'dur'; for the fraction "
-                                 "of the run done, call State.get_elapsed_duration()")
-            field = _FIELD_OF_UNIT[TimeUnit(unit)]
+            TimeUnit(unit)  # an unknown unit raises its own error
+            raise ValueError("a Timestamp counts epochs, batches and samples, not 'dur'; for the fraction "
+                             "of the run done, call State.get_elapsed_duration()")
         return getattr(self, field)
 
     # Built directly rather than with dataclasses.replace: these run every batch.

@@ -13,7 +13,7 @@ import os
 import time
 from pathlib import Path
 from collections import namedtuple
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 import pandas as pd
 
@@ -153,40 +153,36 @@ class Trace:
     def events(self) -> pd.DataFrame:
         """One row per fired event: ``seq``, ``phase``, ``event``, ``epoch``, ``batch`` (global),
         ``batch_in_epoch``, ``microbatch``, ``t_start`` (s since the trace began), ``duration`` (s)."""
-        return self._frame("events", self.event_rows, self._build_events)
+        return self._frame("events", self._build_events)
 
     @property
     def invocations(self) -> pd.DataFrame:
         """One row per algorithm or callback call: ``seq`` (the event's), ``event``, ``batch``,
         ``name`` (unique per instance), ``cls``, ``kind``, ``matched``, ``order`` (position after
         the passes), ``exit_code`` (what ``apply`` returned, as returned), ``duration`` (s),
-        ``changed`` (a tuple of the State fields replaced or mutated in place), ``error``. At level 'all', algorithms whose ``match``
-        said no appear with ``matched=False``."""
-        if self._loaded is not None:
-            return self._loaded["invocations"]
-        key_rows = (len(self.invocation_rows), len(self.event_rows))
-        cached = self._cache.get("invocations")
-        if cached is None or cached[0] != key_rows:
-            cached = self._cache["invocations"] = (key_rows, self._build_invocations())
-        return cached[1]
+        ``changed`` (a tuple of the State fields replaced or mutated in place), ``error``. At
+        level 'all', algorithms whose ``match`` said no appear with ``matched=False``."""
+        return self._frame("invocations", self._build_invocations)
 
     @property
     def notes(self) -> pd.DataFrame:
         """Annotations: ``seq`` of the last event before them, ``epoch``, ``batch``, ``kind``, ``text``."""
-        return self._frame("notes", self._notes, self._build_notes)
+        return self._frame("notes", self._build_notes)
 
-    def _frame(self, key: str, rows: list, build) -> pd.DataFrame:
+    def _frame(self, key: str, build: Callable[[], pd.DataFrame]) -> pd.DataFrame:
+        """The DataFrame ``key``, built again only when rows were added since it was built."""
         if self._loaded is not None:
             return self._loaded[key]
+        sizes = (len(self.event_rows), len(self.invocation_rows), len(self._notes))
         cached = self._cache.get(key)
-        if cached is None or cached[0] != (len(rows),):
-            cached = self._cache[key] = ((len(rows),), build(rows))
+        if cached is None or cached[0] != sizes:
+            cached = self._cache[key] = (sizes, build())
         return cached[1]
 
-    def _build_events(self, rows: list[tuple]) -> pd.DataFrame:
+    def _build_events(self) -> pd.DataFrame:
         t0 = self._t0
         rows = [(r.seq, _PHASE_OF[r.event], r.event, r.epoch, r.batch, r.batch_in_epoch, r.microbatch,
-                 r.t_start - t0, r.t_end - r.t_start) for r in map(EventRecord._make, rows)]
+                 r.t_start - t0, r.t_end - r.t_start) for r in self.event_records()]
         df = pd.DataFrame.from_records(rows, columns=list(EVENT_COLUMNS))
         df = df.sort_values("seq", kind="stable", ignore_index=True)
         return df.astype(_DTYPES["events"])
@@ -207,9 +203,8 @@ class Trace:
         names = [label for _, label in self._labels.values()]
         return df.astype({**_DTYPES["invocations"], "name": pd.CategoricalDtype(names)})
 
-    @staticmethod
-    def _build_notes(rows: list) -> pd.DataFrame:
-        df = pd.DataFrame.from_records(rows, columns=list(NOTE_COLUMNS))
+    def _build_notes(self) -> pd.DataFrame:
+        df = pd.DataFrame.from_records(self._notes, columns=list(NOTE_COLUMNS))
         return df.astype(_DTYPES["notes"])
 
     # -- persistence --------------------------------------------------------------------------
