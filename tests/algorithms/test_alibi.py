@@ -101,6 +101,21 @@ def test_sequences_longer_than_the_training_length_work_after_alibi():
     torch.testing.assert_close(model(long[:, :16]), logits[:, :16])  # causal: later tokens change nothing before
 
 
+def test_mask_replacement_function_sees_each_module_and_may_replace_it():
+    class Wrapped(nn.Module):
+        def __init__(self, attn: nn.Module, length: int) -> None:
+            super().__init__()
+            self.attn, self.length = attn, length
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.attn(x)
+
+    model = tiny_gpt()
+    cf.apply_alibi(model, 4, 32, mask_replacement_function=Wrapped)
+    assert [type(b.attn).__name__ for b in model.blocks] == ["Wrapped", "Wrapped"]
+    assert model.blocks[0].attn.length == 32 and model(torch.zeros(1, 32, dtype=torch.long)).shape == (1, 32, 128)
+
+
 def test_heads_are_read_from_the_model_when_not_given():
     model = tiny_gpt()
     cf.apply_alibi(model, None, 32)
