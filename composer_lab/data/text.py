@@ -14,6 +14,7 @@ from typing import Optional, Sequence
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from composer_lab.data.checks import check_held_out, check_positive_int
 from composer_lab.data.loaders import make_dataloaders
 
 __all__ = ["VOCAB_SIZE", "STDLIB_MODULES", "stdlib_text", "encode", "decode", "TextSequences", "text_datasets",
@@ -53,8 +54,7 @@ class TextSequences(Dataset):
     with ``s = i * L`` and ``L = sequence_length``."""
 
     def __init__(self, tokens: torch.Tensor, sequence_length: int) -> None:
-        if isinstance(sequence_length, bool) or not isinstance(sequence_length, int) or sequence_length < 1:
-            raise ValueError(f"sequence_length must be a positive integer, got {sequence_length!r}")
+        check_positive_int("sequence_length", sequence_length)
         if len(tokens) <= sequence_length:
             raise ValueError(f"a text of {len(tokens)} tokens has no window of sequence_length={sequence_length} "
                              f"plus the next token; use a shorter sequence_length or more text")
@@ -78,8 +78,7 @@ def text_datasets(sequence_length: int = 128, eval_sequence_length: Optional[int
                   modules: Sequence[str] = STDLIB_MODULES) -> tuple[TextSequences, TextSequences]:
     """(train, eval) windows: the corpus's first ``1 - eval_fraction`` for training, the rest held
     out, cut into windows of ``sequence_length`` and ``eval_sequence_length`` (default: the same)."""
-    if not 0 < eval_fraction < 1:
-        raise ValueError(f"eval_fraction must be between 0 and 1 (the share held out), got {eval_fraction}")
+    check_held_out(eval_fraction)
     tokens = encode(stdlib_text(modules))
     split = int(len(tokens) * (1 - eval_fraction))
     return (TextSequences(tokens[:split], sequence_length),
