@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import time
+
+import pytest
 from concurrent.futures import ThreadPoolExecutor
 
 from composer_lab.algorithms import CutOut, LabelSmoothing, MixUp
@@ -38,3 +40,14 @@ def test_stop_keeps_what_finished_and_a_new_start_resumes(tmp_path):
     assert 1 <= finished < 6 and panel.status.value.startswith(f"stopped: {6 - finished} runs not trained")
     panel.start().wait(timeout=120)
     assert panel.progress.value == 6 and len(panel.sweep.results) == 6
+
+
+def test_without_an_executor_the_panel_trains_on_a_local_pool_of_its_workers(tmp_path):
+    panel = SweepPanel(make_trainer, [LabelSmoothing()], seeds=1, workers=1, folder=tmp_path)
+    assert not panel.workers.disabled
+    panel.start().wait(timeout=120)
+    assert panel.status.value == "done" and panel.progress.value == 1
+    pool = panel.sweep.executor
+    assert type(pool).__module__.startswith("joblib.externals.loky")
+    with pytest.raises(RuntimeError, match="shutdown"):  # the panel's own pool is shut down when the sweep ends
+        pool.submit(print)
