@@ -6,12 +6,14 @@ Values stay tensors on the device (no host sync per eval batch); the logger conv
 from __future__ import annotations
 
 import time
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
-from torchmetrics.classification import MulticlassAccuracy
 
 from composer_lab.trainer.distributed import mean_over_ranks
+
+if TYPE_CHECKING:  # torchmetrics is imported at the first classifier's evaluation (it takes seconds)
+    from torchmetrics.classification import MulticlassAccuracy
 
 __all__ = ["EvalMetrics", "Throughput"]
 
@@ -25,7 +27,7 @@ class EvalMetrics:
     """
 
     def __init__(self) -> None:
-        self.accuracy: Optional[MulticlassAccuracy] = None
+        self.accuracy: Optional["MulticlassAccuracy"] = None
         self._loss_sum: Optional[torch.Tensor] = None
         self._count = 0
 
@@ -42,6 +44,7 @@ class EvalMetrics:
             self._count += n
         if _is_classification(outputs, targets):
             if self.accuracy is None:
+                from torchmetrics.classification import MulticlassAccuracy
                 self.accuracy = MulticlassAccuracy(num_classes=outputs.shape[-1], average="micro")
             if self.accuracy.device != outputs.device:
                 self.accuracy = self.accuracy.to(outputs.device)

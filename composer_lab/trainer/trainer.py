@@ -6,6 +6,7 @@ import atexit
 import functools
 import math
 import os
+import threading
 import time
 import uuid
 import weakref
@@ -27,7 +28,7 @@ from composer_lab.trainer.batching import batch_size, batch_targets, split_batch
 from composer_lab.trainer.checkpoint import CheckpointSaver, resume, training_payload
 from composer_lab.trainer.checks import check_components, check_dataloader, check_microbatch_size
 from composer_lab.trainer.devices import make_grad_scaler, move_to_device, resolve_device, resolve_precision
-from composer_lab.trainer.duration import max_duration_after, reached_max_duration
+from composer_lab.trainer.duration import duration_change_note, max_duration_after, reached_max_duration
 from composer_lab.trainer.feed import BatchFeed
 from composer_lab.trainer.failures import InterruptGuard, abandon_batch, note_failure, raise_nonfinite_loss
 from composer_lab.trainer.inference import EVAL_EVENTS, PREDICT_EVENTS, run_inference
@@ -133,6 +134,8 @@ class Trainer:
         self._epoch_started = False  # EPOCH_START has fired for the epoch in progress
         self._batch_seq = 0  # the trace's seq when the batch in flight was taken
         self._guard = InterruptGuard()
+        self._fit_lock = threading.Lock()  # one fit at a time, whichever thread calls it
+        self._live_fit = ""  # where the fit under way was started, for the error of a second one
         self._rank_traces: Optional[dict[str, Any]] = None
         self._close_at_exit = functools.partial(_close_if_alive, weakref.ref(self))  # (exit keeps no trainer alive)
         atexit.register(self._close_at_exit)
@@ -194,10 +197,32 @@ class Trainer:
     # -- fit ------------------------------------------------------------------------------------
     def fit(self, duration: Union[str, Time, None] = None) -> None:
         """Train until ``max_duration``; ``duration`` trains that much more (and extends
-        ``max_duration``), so ``fit`` can be called again to continue."""
+        ``max_duration``, noted in the trace), so ``fit`` can be called again to continue.
+
+        Works from any thread; a trainer runs one fit at a time: a second call while one is
+        under way (another thread, the lab's run panel, a callback) raises RuntimeError."""
         state, run = self.state, self.engine.run_event
-        if duration is not None:
-            state.max_duration = max_duration_after(state.timestamp, duration)
+        if not self._fit_lock.acquire(blocking=False):
+            raise RuntimeError(f"run {state.run_name!r} is already training ({self._live_fit}); one trainer "
+                               f"trains in one place at a time: wait for that fit to end, or stop it (the lab's "
+                               f"Stop button or lab.run.handle.stop(); the kernel's interrupt for a fit in a "
+                               f"cell), then call fit() again")
+        try:
+            self._live_fit = (f"fit started in thread {threading.current_thread().name!r} at batch "
+                              f"{state.timestamp.batch}")
+            if duration is not None:
+                longer = max_duration_after(state.timestamp, duration)
+                if longer != state.max_duration:
+                    self.trace.note("duration", duration_change_note(state, longer), state.timestamp)
+                state.max_duration = longer
+            self._fit()
+        finally:
+            self._live_fit = ""
+            self._fit_lock.release()
+
+    def _fit(self) -> None:
+        """The loop of :meth:`fit`, from FIT_START to FIT_END."""
+        state, run = self.state, self.engine.run_event
         with self._guard, self.engine.running():
             try:
                 run(Event.FIT_START)
