@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from contextlib import contextmanager
+from functools import cached_property
 from typing import Any, Callable, Iterator, NamedTuple, Optional, Sequence, Union
 
 from composer_lab.core.algorithm import Algorithm, listens
@@ -21,7 +22,6 @@ __all__ = ["Engine", "AlgorithmTrace", "Traces"]
 PassSpec = Union[AlgorithmPass, tuple, Sequence[Any]]
 _now = time.perf_counter
 _INIT = Event.INIT
-_record = tuple.__new__  # builds a named tuple from a tuple at half the cost of calling its class
 
 
 class AlgorithmTrace(NamedTuple):
@@ -33,9 +33,33 @@ class AlgorithmTrace(NamedTuple):
     run: bool = True
 
 
-Traces = dict[str, AlgorithmTrace]
-"""What :meth:`Engine.run_event` returns: ``'<name>/<event>'`` (``'CutMix/after_dataloader'``)
-to the :class:`AlgorithmTrace` of each algorithm that ran, in run order."""
+class Traces(Mapping):
+    """What :meth:`Engine.run_event` returns, as Composer's ``Traces``: ``'<name>/<event>'``
+    (``'CutMix/after_dataloader'``) to the :class:`AlgorithmTrace` of each algorithm that ran,
+    in run order. Built when first read: most callers (the trainer) drop it, and an event then
+    pays for one small object, not for a key and a record per algorithm."""
+
+    def __init__(self, label: Callable[[Any], str], algorithms: Sequence[Algorithm], codes: list,
+                 event: Event) -> None:
+        self._parts = (label, algorithms, codes, event)
+
+    @cached_property
+    def _traces(self) -> dict[str, AlgorithmTrace]:
+        label, algorithms, codes, event = self._parts
+        return {f"{label(a)}/{event.value}": AlgorithmTrace(code, order)
+                for order, (a, code) in enumerate(zip(algorithms, codes))}
+
+    def __getitem__(self, key: str) -> AlgorithmTrace:
+        return self._traces[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._traces)
+
+    def __len__(self) -> int:
+        return len(self._traces)
+
+    def __repr__(self) -> str:
+        return repr(self._traces)
 
 
 class Engine:
@@ -59,7 +83,7 @@ class Engine:
         self.state = state
         self.logger = logger if logger is not None else Logger(state)
         self.trace = trace if isinstance(trace, Trace) else Trace(trace)
-        self._set_passes(list(DEFAULT_PASSES))
+        self.passes = DEFAULT_PASSES
         self._callback_events: dict[int, tuple[Callback, frozenset]] = {}
         self._listed: Any = None
         self._listed_version = -1
@@ -80,20 +104,19 @@ class Engine:
 
     @passes.setter
     def passes(self, passes: Sequence[AlgorithmPass]) -> None:
-        passes = list(passes)
         for p in passes:
-            _check_pass(p)
-        self._set_passes(passes)
+            if not callable(p):
+                raise TypeError(f"an algorithm pass is a function (algorithms, event) -> algorithms, got "
+                                f"{type(p).__name__} {p!r}")
+        # Two plain attributes read at every event; an event in flight keeps the list it started with.
+        self._keep_singletons = all(p in ORDER_ONLY_PASSES for p in passes)
+        self._passes = list(passes)
 
     def register_pass(self, algorithm_pass: AlgorithmPass, index: int = -1) -> None:
         """Add a pass at ``index`` (-1: last)."""
-        _check_pass(algorithm_pass)
         passes = list(self._passes)
-        if index == -1:
-            passes.append(algorithm_pass)
-        else:
-            passes.insert(index, algorithm_pass)
-        self._set_passes(passes)
+        passes.insert(len(passes) if index == -1 else index, algorithm_pass)
+        self.passes = passes
 
     def remove_pass(self, algorithm_pass: Union[AlgorithmPass, str]) -> None:
         """Remove a pass, given as the function or its name."""
@@ -101,12 +124,7 @@ class Engine:
         if len(keep) == len(self._passes):
             raise ValueError(f"no pass {algorithm_pass!r} to remove; the engine's passes are "
                              f"{[pass_name(p) for p in self._passes]}: give one of those names or the function")
-        self._set_passes(keep)
-
-    def _set_passes(self, passes: list) -> None:
-        # One assignment each: an event in flight keeps the list it started with.
-        self._passes_keep_singletons = all(p in ORDER_ONLY_PASSES for p in passes)
-        self._passes = passes
+        self.passes = keep
 
     # -- ordering -----------------------------------------------------------------------------
     def plan(self, event: Union[Event, str], algorithms: Optional[Sequence[Algorithm]] = None,
@@ -136,7 +154,10 @@ class Engine:
         way both the run and the plan order an event, also when nothing matched (a pass may
         add an algorithm)."""
         for p in self._passes:
-            matched = _checked_result(p, p(matched, event))
+            matched = p(matched, event)
+            if not isinstance(matched, (list, tuple)):
+                raise TypeError(f"algorithm pass {pass_name(p)} returned {type(matched).__name__}; a pass must "
+                                f"return the list of algorithms (return it even when it changes nothing)")
             if steps is not None:
                 steps.append((pass_name(p), list(matched)))
         return matched
@@ -152,9 +173,9 @@ class Engine:
     # -- running ------------------------------------------------------------------------------
     # The hot path: written flat, with no allocation or call an event does not need (it runs
     # about 13 times per training step); rows go straight into the trace's lists.
-    def run_event(self, event: Union[Event, str]) -> Traces:
+    def run_event(self, event: Union[Event, str]) -> Mapping[str, AlgorithmTrace]:
         """Run the algorithms and callbacks of ``event``, record them in the trace, and return
-        the :data:`Traces` of the algorithms that ran."""
+        the :class:`Traces` of the algorithms that ran (``{}`` if none)."""
         if type(event) is not Event:
             event = Event(event)
         if self._closed:
@@ -165,7 +186,7 @@ class Engine:
         self.logger.phase = _PHASE[event]
         trace.seq = seq = trace.seq + 1
         asked = None  # the algorithms asked here, when the trace keeps the ones that said no
-        traces: Traces = {}
+        traces: Mapping[str, AlgorithmTrace] = {}
         t0 = _now()
         try:
             if event is _INIT:
@@ -180,10 +201,11 @@ class Engine:
                         matched.append(algorithm)
                 if len(matched) < len(algorithms) and trace.records_unmatched:
                     asked = self._listed_names
-                if len(matched) > 1 or not self._passes_keep_singletons:
+                if len(matched) > 1 or not self._keep_singletons:
                     matched = self._order(matched, event)  # (order-only passes cannot change 0 or 1)
                 if matched:
-                    self._invoke_all(matched, "algorithm", "apply", event, seq, traces)
+                    codes = self._invoke_all(matched, "algorithm", "apply", event, seq)
+                    traces = Traces(trace.label, matched, codes, event)
             if state.callbacks and event is not _INIT:
                 self._run_callbacks(event, seq)
         finally:
@@ -212,21 +234,17 @@ class Engine:
             entry = self._callback_events[id(cb)] = (cb, listened_events(cb))
         return entry[1]
 
-    def _invoke_all(self, objs: Sequence[Any], kind: str, method: str, event: Event, seq: int,
-                    traces: Optional[Traces] = None) -> None:
-        """Call ``method`` of each of ``objs`` in order, putting what each returned into
-        ``traces`` if given; with the trace on, record each with its duration, exit code, error
-        and the State fields it changed (the watcher compares each call with the state the
-        previous one left)."""
+    def _invoke_all(self, objs: Sequence[Any], kind: str, method: str, event: Event, seq: int) -> list:
+        """Call ``method`` of each of ``objs`` in order and return what each returned; with the
+        trace on, record each with its duration, exit code, error and the State fields it
+        changed (the watcher compares each call with the state the previous one left)."""
         state, trace, logger = self.state, self.trace, self.logger
-        value = event._value_
+        codes: list = []
         if not trace.recording:
-            for order, obj in enumerate(objs):
-                exit_code = getattr(obj, method)(event, state, logger)
-                if traces is not None:
-                    traces[f"{trace.label(obj)}/{value}"] = _record(AlgorithmTrace, (exit_code, order, True))
-            return
-        watcher, rows, batch = self._watcher, trace.invocation_rows, state.timestamp.batch
+            for obj in objs:
+                codes.append(getattr(obj, method)(event, state, logger))
+            return codes
+        watcher, rows, value, batch = self._watcher, trace.invocation_rows, event._value_, state.timestamp.batch
         watcher.watch(event)
         for order, obj in enumerate(objs):
             name = trace.label(obj)
@@ -243,8 +261,8 @@ class Engine:
                 raise
             duration = _now() - t0
             rows.append((seq, value, batch, name, kind, order, exit_code, duration, watcher.changed(), None))
-            if traces is not None:
-                traces[f"{name}/{value}"] = _record(AlgorithmTrace, (exit_code, order, True))
+            codes.append(exit_code)
+        return codes
 
     # -- lifecycle ----------------------------------------------------------------------------
     @property
@@ -273,19 +291,6 @@ class Engine:
                 errors.append(err)
         if errors:
             raise errors[0]
-
-
-def _check_pass(p: Any) -> None:
-    if not callable(p):
-        raise TypeError(f"an algorithm pass is a function (algorithms, event) -> algorithms, got "
-                        f"{type(p).__name__} {p!r}")
-
-
-def _checked_result(p: Callable, result: Any) -> Sequence[Algorithm]:
-    if not isinstance(result, (list, tuple)):
-        raise TypeError(f"algorithm pass {pass_name(p)} returned {type(result).__name__}; a pass must "
-                        f"return the list of algorithms (return it even when it changes nothing)")
-    return result
 
 
 def _pass_specs(spec: Optional[PassSpec]) -> list[tuple[AlgorithmPass, int]]:

@@ -80,22 +80,30 @@ def set_filo_order_composer(algorithms: Sequence[Algorithm], event: Event) -> Se
     return algorithms[::-1] if event.name.startswith("AFTER_") else algorithms
 
 
+def _flagged(algorithms: Sequence[Algorithm], flag: str) -> list[Algorithm]:
+    """The algorithms whose attribute ``flag`` is true: one scan, no call per algorithm, so a
+    pass with nothing to do (the usual case) costs little."""
+    return [a for a in algorithms if getattr(a, flag, False)]
+
+
 def sort_selective_backprop_first(algorithms: Sequence[Algorithm], event: Event) -> Sequence[Algorithm]:
     """Batch-selecting algorithms (Selective Backprop) run first, so they score and prune the
     batch the dataloader gave, before any augmentation changes it."""
-    return sort_to_front(algorithms, _selects_batch)
+    selecting = _flagged(algorithms, "selects_batch")
+    return sort_to_front(algorithms, selecting.__contains__) if selecting else algorithms
 
 
 def sort_fused_layernorm_last(algorithms: Sequence[Algorithm], event: Event) -> Sequence[Algorithm]:
     """FusedLayerNorm runs after algorithms that add LayerNorms (GatedLinearUnits), so every
     LayerNorm is converted."""
-    return sort_to_back(algorithms, _fuses_layernorm)
+    fusing = _flagged(algorithms, "fuses_layernorm")
+    return sort_to_back(algorithms, fusing.__contains__) if fusing else algorithms
 
 
 def warn_if_multiple_loss_interpolation(algorithms: Sequence[Algorithm], event: Event) -> Sequence[Algorithm]:
     """Warn when more than one algorithm interpolates the loss (``interpolate_loss=True`` on
     MixUp or CutMix, as in Composer): the loss is then mixed twice."""
-    interpolating = [a for a in algorithms if getattr(a, "interpolate_loss", False)]
+    interpolating = _flagged(algorithms, "interpolate_loss")
     if len(interpolating) > 1:
         warnings.warn(f"multiple algorithms interpolate the loss at {event.value}: "
                       f"{', '.join(type(a).__name__ for a in interpolating)}; this can lead to unexpected "
@@ -106,21 +114,13 @@ def warn_if_multiple_loss_interpolation(algorithms: Sequence[Algorithm], event: 
 def warn_if_multiple_mixers(algorithms: Sequence[Algorithm], event: Event) -> Sequence[Algorithm]:
     """Warn when two algorithms that mix examples (MixUp, CutMix) run at one event: the second
     mixes an already mixed batch, which may not be what was meant."""
-    mixers = [a for a in algorithms if getattr(a, "mixes_examples", False)]
+    mixers = _flagged(algorithms, "mixes_examples")
     if len(mixers) > 1:
         names = ", ".join(type(a).__name__ for a in mixers)
         warnings.warn(f"{names} all mix examples at {event.value}; composing them mixes "
                       f"already mixed examples. Keep one, or run them in different epochs.",
                       stacklevel=2)
     return algorithms
-
-
-def _selects_batch(obj: Any) -> bool:
-    return getattr(obj, "selects_batch", False)
-
-
-def _fuses_layernorm(obj: Any) -> bool:
-    return getattr(obj, "fuses_layernorm", False)
 
 
 DEFAULT_PASSES: tuple[AlgorithmPass, ...] = (
