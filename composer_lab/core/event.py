@@ -82,15 +82,17 @@ class Event(str, Enum):
         raise ValueError(f"{value!r} is not an event{hint}; give an Event or its value, e.g. Event.AFTER_LOSS "
                          f"or 'after_loss'")
 
+    # The names say it: every before event is named ``*before_*`` or ``*_start``, every after
+    # event ``*after_*`` or ``*_end`` (tests/core/test_event.py checks them against the seed's lists).
     @property
     def is_before_event(self) -> bool:
         """Whether a matching "after" event closes this one (``BEFORE_LOSS``, ``EPOCH_START``...)."""
-        return self in _BEFORE_EVENTS
+        return "before_" in self.value or self.value.endswith("_start")
 
     @property
     def is_after_event(self) -> bool:
         """Whether this event closes a "before" event (``AFTER_LOSS``, ``EPOCH_END``...)."""
-        return self in _AFTER_EVENTS
+        return "after_" in self.value or self.value.endswith("_end")
 
     @property
     def canonical_name(self) -> str:
@@ -116,18 +118,4 @@ class Event(str, Enum):
         return _PHASE[self]
 
 
-_BEFORE_EVENTS = frozenset({
-    Event.BEFORE_LOAD, Event.FIT_START, Event.EPOCH_START, Event.BEFORE_DATALOADER,
-    Event.BATCH_START, Event.BEFORE_TRAIN_BATCH, Event.BEFORE_FORWARD, Event.BEFORE_LOSS,
-    Event.BEFORE_BACKWARD, Event.EVAL_BEFORE_ALL, Event.EVAL_START, Event.EVAL_BATCH_START,
-    Event.EVAL_BEFORE_FORWARD, Event.PREDICT_START, Event.PREDICT_BATCH_START,
-    Event.PREDICT_BEFORE_FORWARD, Event.EVAL_STANDALONE_START,
-})
-_AFTER_EVENTS = frozenset({
-    Event.AFTER_LOAD, Event.EPOCH_END, Event.BATCH_END, Event.AFTER_DATALOADER,
-    Event.AFTER_TRAIN_BATCH, Event.AFTER_FORWARD, Event.AFTER_LOSS, Event.AFTER_BACKWARD,
-    Event.EVAL_AFTER_ALL, Event.EVAL_END, Event.EVAL_BATCH_END, Event.EVAL_AFTER_FORWARD,
-    Event.FIT_END, Event.PREDICT_END, Event.PREDICT_BATCH_END, Event.PREDICT_AFTER_FORWARD,
-    Event.EVAL_STANDALONE_END,
-})
 _PHASE = {e: "eval" if e.is_eval else "predict" if e.is_predict else "fit" for e in Event}

@@ -85,7 +85,12 @@ class Trace:
     """What happened in a run, in order. ``level`` is one of :data:`TRACE_LEVELS`."""
 
     def __init__(self, level: str = "all") -> None:
+        if level not in TRACE_LEVELS:
+            raise ValueError(f"trace level {level!r} is not one of {TRACE_LEVELS}: 'all' records also "
+                             f"the algorithms that did not match, 'ran' only what ran, 'off' nothing")
         self.level = level
+        self.recording = level != "off"  # (plain attributes, read at every event)
+        self.records_unmatched = level == "all"
         self.seq = -1
         self._t0 = time.perf_counter()
         self.event_rows: list[tuple] = []
@@ -93,26 +98,11 @@ class Trace:
         self._notes: list[tuple] = []
         self._labels: dict[int, tuple[Any, str]] = {}
         self._label_counts: dict[str, int] = {}
-        self._label_cls: dict[str, str] = {}
         self._cache: dict[str, tuple[tuple, pd.DataFrame]] = {}
         self.meta: dict[str, Any] = {}
         self._loaded: Optional[dict[str, pd.DataFrame]] = None
 
     # -- recording (called by the engine) ---------------------------------------------------
-    @property
-    def level(self) -> str:
-        return self._level
-
-    @level.setter
-    def level(self, level: str) -> None:
-        if level not in TRACE_LEVELS:
-            raise ValueError(f"trace level {level!r} is not one of {TRACE_LEVELS}: 'all' records also "
-                             f"the algorithms that did not match, 'ran' only what ran, 'off' nothing")
-        self._level = level
-        # Plain attributes, read at every event.
-        self.recording = level != "off"
-        self.records_unmatched = level == "all"
-
     def label(self, obj: Any) -> str:
         """A name unique to this object in this trace: the class name, then 'Name#2', 'Name#3'
         for further instances of the same class, in the order they were first seen."""
@@ -121,7 +111,6 @@ class Trace:
             cls = type(obj).__name__
             count = self._label_counts[cls] = self._label_counts.get(cls, 0) + 1
             entry = self._labels[id(obj)] = (obj, cls if count == 1 else f"{cls}#{count}")
-            self._label_cls[entry[1]] = cls
         return entry[1]
 
     # -- rows (appended by the engine) -------------------------------------------------------
@@ -137,10 +126,6 @@ class Trace:
     def invocation_records(self) -> list[InvocationRecord]:
         """The calls so far, as records."""
         return list(map(InvocationRecord._make, self.invocation_rows))
-
-    def note_records(self) -> list[NoteRecord]:
-        """The notes so far, as records."""
-        return list(map(NoteRecord._make, self._notes))
 
     def note(self, kind: str, text: str, timestamp: Any = None) -> None:
         """Record something that is not an event: a setting changed from a widget, an
@@ -189,7 +174,7 @@ class Trace:
 
     def _build_invocations(self) -> pd.DataFrame:
         # Within an event: what ran, in its order, then what did not match, in list order.
-        cls = self._label_cls
+        cls = {label: type(obj).__name__ for obj, label in self._labels.values()}
         calls = self.invocation_records()
         rows = [((r.seq, 0, r.order), r.seq, r.event, r.batch, r.name, cls[r.name], r.kind, True, r.order,
                  r.exit_code, r.duration, r.changed, r.error) for r in calls]
