@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 import composer_lab.functional as cf
-from composer_lab import algorithms, core, data, lab, models
+from composer_lab import algorithms, core, data, explore, lab, models
 from composer_lab import trainer as trainer_layer
 from composer_lab.algorithms import LabelSmoothing
 from composer_lab.cli import parse_algorithms
@@ -28,14 +28,14 @@ from composer_lab.trainer import Trainer, distributed
 from composer_lab.trainer.checkpoint import CheckpointNotFoundError, save_checkpoint
 
 CATALOGUE = Path(__file__).resolve().parents[1] / "docs" / "errors.md"
-LAYERS = ("core", "trainer", "algorithms", "lab", "data and command line")
+LAYERS = ("core", "trainer", "algorithms", "explore", "lab", "data and command line")
 MIN_ROWS = 30
 HEADER = ("input", "exception", "message")
 
 IMPORTS: dict[str, Any] = {
     "torch": torch, "F": F, "pd": pd, "cf": cf, "parse_algorithms": parse_algorithms, "distributed": distributed,
     "CheckpointNotFoundError": CheckpointNotFoundError,
-    **{name: getattr(module, name) for module in (core, trainer_layer, algorithms, lab, data, models)
+    **{name: getattr(module, name) for module in (core, trainer_layer, algorithms, explore, lab, data, models)
        for name in module.__all__},
 }
 """What the inputs may use besides the fixtures: the public names of every layer."""

@@ -17,14 +17,9 @@ from composer_lab.lab.run_panel import RunHandle, RunPanel
 from composer_lab.lab.sources import RunData, run_data
 from composer_lab.lab.sweep_panel import SweepHandle, SweepPanel
 
-# The explorer's API, for notebooks that import the lab only (the sweep panel is built on it).
-from composer_lab.explore import (InlineExecutor, Sweep, commutation, local_pool, orderings,
-                                  plot_commutation)
-
 __all__ = [
     "Lab", "Control", "AlgorithmPanel", "PassEditor", "OrderPreview", "RunPanel", "RunHandle", "ConflictView",
     "find_conflicts", "preview_orders", "diff_runs", "plot_loss", "plot_keep_ratio", "plot_timeline",
     "plot_algorithm_events", "plot_runs", "RunData", "run_data",
-    "SweepPanel", "SweepHandle", "Sweep", "orderings", "commutation", "plot_commutation", "local_pool",
-    "InlineExecutor",
+    "SweepPanel", "SweepHandle",
 ]
