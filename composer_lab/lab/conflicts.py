@@ -21,6 +21,8 @@ from composer_lab.lab.sources import run_data
 __all__ = ["find_conflicts", "deciding_pass", "ConflictView", "CONFLICT_COLUMNS"]
 
 CONFLICT_COLUMNS = ("event", "field", "first", "second", "times", "first_batch", "last_batch", "pass")
+_TABLE_STYLE = ("<style>.cl-conflict-table{border-collapse:collapse}.cl-conflict-table td,.cl-conflict-table th"
+                "{padding:2px 10px;border-bottom:1px solid #ddd;text-align:left}</style>")
 
 
 def deciding_pass(control: Control, event: str, first: str, second: str) -> str:
@@ -84,4 +86,4 @@ class ConflictView(widgets.VBox):
             f"{html.escape(r['second'])}</td><td>{r['times']}</td><td>{r['first_batch']}-{r['last_batch']}</td>"
             f"<td>{html.escape(str(r['pass']))}</td></tr>"
             for r in self.conflicts.to_dict("records"))
-        self.table.value = f"<table><tr>{head}</tr>{body}</table>"
+        self.table.value = f"<table class='cl-conflict-table'>{_TABLE_STYLE}<tr>{head}</tr>{body}</table>"

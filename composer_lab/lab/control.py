@@ -36,7 +36,8 @@ def _engine_of(target: Any) -> Engine:
 
 
 class Control:
-    """Switch algorithms and passes on and off, edit hyperparameters, reorder and add passes.
+    """Switch algorithms and passes on and off, edit hyperparameters, reorder algorithms and
+    passes, add passes.
 
     ``target`` is a Trainer (anything with ``.engine``) or an :class:`Engine`. Every change
     is written to ``engine.trace.notes`` (kind 'algorithm', 'hparam' or 'pass') with the
@@ -86,7 +87,7 @@ class Control:
 
     @property
     def enabled_algorithms(self) -> list[Algorithm]:
-        """The switched-on algorithms, in their original order."""
+        """The switched-on algorithms, in the list's order."""
         return [a for a, on in zip(self.algorithms, self._enabled) if on]
 
     def set_enabled(self, key: Union[int, str, Algorithm], enabled: bool) -> None:
@@ -97,6 +98,19 @@ class Control:
         self._enabled[i] = bool(enabled)
         self.state.algorithms = self.enabled_algorithms  # one assignment, read once per event
         self._changed("algorithm", f"{self.names[i]} {'on' if enabled else 'off'}")
+
+    def move_algorithm(self, key: Union[int, str, Algorithm], offset: int) -> None:
+        """Move an algorithm ``offset`` places in the list (-1: up, earlier; +1: down, later).
+        The list is what the passes start from: at an event where no pass decides the order
+        of two algorithms, it is the order they run in."""
+        i = self._algorithm_index(key)
+        j = min(max(i + offset, 0), len(self.algorithms) - 1)
+        if i == j:
+            return
+        for items in (self.algorithms, self.names, self._enabled):
+            items.insert(j, items.pop(i))
+        self.state.algorithms = self.enabled_algorithms  # one assignment, read once per event
+        self._changed("algorithm", f"moved {self.names[j]} to position {j}: {self.names}")
 
     def set_hyperparameter(self, key: Union[int, str, Algorithm], name: str, value: Any) -> None:
         """Set a hyperparameter; the value is checked by building a fresh instance of the

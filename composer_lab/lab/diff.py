@@ -14,10 +14,18 @@ import pandas as pd
 
 from composer_lab.lab.sources import run_data
 
-__all__ = ["diff_runs", "DIFF_STATUSES"]
+__all__ = ["diff_runs", "DIFF_STATUSES", "INTERNAL_PREFIX", "without_internal"]
 
 DIFF_STATUSES = ("same", "moved", "appeared", "vanished")
+INTERNAL_PREFIX = "lab."
+"""How the trace names the lab's own callbacks (``lab.RunMonitor``): calls of the tool, not of
+the experiment, left out of diffs and plots unless asked for."""
 _FIRING = ["event", "batch", "firing"]
+
+
+def without_internal(invocations: pd.DataFrame) -> pd.DataFrame:
+    """The invocations less the calls of the lab's own callbacks (:data:`INTERNAL_PREFIX`)."""
+    return invocations[~invocations["name"].astype(str).str.startswith(INTERNAL_PREFIX)]
 
 
 def _calls(invocations: pd.DataFrame) -> pd.DataFrame:
@@ -30,14 +38,15 @@ def _calls(invocations: pd.DataFrame) -> pd.DataFrame:
     return ran[[*_FIRING, "name", "kind", "order"]]
 
 
-def diff_runs(a: Any, b: Any) -> pd.DataFrame:
+def diff_runs(a: Any, b: Any, internal: bool = False) -> pd.DataFrame:
     """Compare the algorithm and callback calls of run ``a`` with run ``b``.
 
     ``a`` and ``b`` are anything :func:`run_data` reads. One row per call: ``event``,
     ``batch``, ``firing``, ``name``, ``kind``, ``order_a``, ``order_b`` and ``status``: 'same',
     'moved' (its place among the calls both runs made there changed), 'appeared' (only in
-    ``b``) or 'vanished' (only in ``a``)."""
-    calls_a, calls_b = _calls(run_data(a).invocations), _calls(run_data(b).invocations)
+    ``b``) or 'vanished' (only in ``a``). The lab's own callbacks are left out unless ``internal``."""
+    frames = [run_data(source).invocations for source in (a, b)]
+    calls_a, calls_b = (_calls(frame if internal else without_internal(frame)) for frame in frames)
     merged = calls_a.merge(calls_b, on=[*_FIRING, "name", "kind"], how="outer", suffixes=("_a", "_b"),
                            indicator=True)
     both = merged["_merge"] == "both"

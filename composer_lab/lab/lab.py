@@ -21,10 +21,13 @@ class Lab:
 
     ``lab = Lab(trainer); lab`` (or ``lab.show()``) shows them; the parts are attributes
     (``control``, ``algorithms``, ``passes``, ``preview``, ``run``, ``conflicts``) for use
-    from code. An Engine instead of a trainer gives the lab without the run panel.
+    from code. An Engine instead of a trainer gives the lab without the run panel. The lab
+    follows its trainer whoever trains it: a ``fit()`` from a cell moves the progress bar and
+    plot and refreshes the conflicts; so does a change of passes or of the algorithms' order
+    (the conflict table's ``pass`` column says which pass decides each pair).
     """
 
-    def __init__(self, trainer: Any, redraw_every: int = 10) -> None:
+    def __init__(self, trainer: Any, redraw_share: float = 0.05) -> None:
         self.control = Control(trainer)
         self.algorithms = AlgorithmPanel(self.control)
         self.passes = PassEditor(self.control)
@@ -34,8 +37,9 @@ class Lab:
         parts: list[widgets.Widget] = [
             widgets.HBox([widgets.VBox([self.algorithms, self.passes]), self.preview]), self.conflicts]
         if callable(getattr(trainer, "fit", None)):
-            self.run = RunPanel(trainer, redraw_every, on_finished=self.conflicts.refresh)
+            self.run = RunPanel(trainer, redraw_share, on_finished=self.conflicts.refresh)
             parts.insert(1, self.run)
+        self.control.on_change(lambda kind: self.conflicts.refresh() if kind in ("pass", "algorithm") else None)
         self.widget = widgets.VBox(parts)
         self.widget.add_class("cl-lab")
 

@@ -25,7 +25,7 @@ from composer_lab.core.time import Timestamp
 from composer_lab.lab.control import Control
 from composer_lab.trainer.duration import total_batches
 
-__all__ = ["OrderPreview", "OrderChange", "preview_orders", "possible_events", "order_changes"]
+__all__ = ["OrderPreview", "OrderChange", "preview_orders", "running_next", "possible_events", "order_changes"]
 
 _PROBE_POINTS = 64
 _ALL = "all events"
@@ -79,6 +79,29 @@ def preview_orders(engine: Engine, algorithms: Sequence[Algorithm]) -> dict[Even
     return orders
 
 
+def running_next(engine: Engine, orders: dict[Event, list[Algorithm]]) -> dict[Event, list[Algorithm]]:
+    """Per event of ``orders`` (:func:`preview_orders`), the algorithms that would run (and
+    act) there at the next batch.
+
+    Asked between batches, ``match`` sees the state as it is then; a match that depends on
+    what the batch itself does first (LabelSmoothing puts the targets back at AFTER_LOSS only
+    after changing them at BEFORE_LOSS) says no at every point of the run. Such an event is
+    decided inside the batch: the algorithm counts as running there when it acts at some
+    event of the next batch (its schedule lets it)."""
+    state, probes = engine.state, _probe_states(engine.state)
+    listed = {id(a): a for algos in orders.values() for a in algos}.values()
+    acting = {id(a) for a in listed if any(_active(a, e, state) for e in Event)}
+    return {event: [a for a in candidates if _active(a, event, state) or (
+        id(a) in acting and not any(_matches(a, event, p) for p in probes))] for event, candidates in orders.items()}
+
+
+def _active(algorithm: Algorithm, event: Event, state: State) -> bool:
+    try:
+        return _matches(algorithm, event, state) and bool(algorithm.active(event, state))
+    except Exception:  # as in _matches: a state the algorithm cannot look at
+        return False
+
+
 @dataclass
 class OrderChange:
     """How an event's order differs from the one shown before."""
@@ -121,7 +144,8 @@ class OrderPreview(widgets.VBox):
     (struck through) algorithms marked against the previous drawing.
 
     ``orders`` maps event names to the names in order; ``changes`` to the last
-    :class:`OrderChange` of each event.
+    :class:`OrderChange` of each event; ``now`` to the names that would run (solid chips) at
+    the next batch (:func:`running_next`).
     """
 
     def __init__(self, control: Control, event: Optional[str] = None) -> None:
@@ -129,7 +153,8 @@ class OrderPreview(widgets.VBox):
         self.orders: dict[str, list[str]] = {}
         self.changes: dict[str, OrderChange] = {}
         self.event = widgets.Dropdown(options=[_ALL] + [e.value for e in Event], value=event or _ALL,
-                                      description="event")
+                                      description="event", layout={"width": "260px", "max_width": "100%"},
+                                      style={"description_width": "initial"})
         self.table = widgets.HTML()
         self.table.add_class("cl-order-preview")
         super().__init__([widgets.HTML("<b>Order preview</b>"), self.event, self.table])
@@ -141,14 +166,13 @@ class OrderPreview(widgets.VBox):
         """Recompute the orders from the engine and redraw, marking differences."""
         names = {id(a): n for a, n in zip(self.control.algorithms, self.control.names)}
         enabled = self.control.enabled_algorithms
-        orders = {e.value: [names[id(a)] for a in algos]
-                  for e, algos in preview_orders(self.control.engine, enabled).items()}
+        planned = preview_orders(self.control.engine, enabled)
+        orders = {e.value: [names[id(a)] for a in algos] for e, algos in planned.items()}
         self.changes = {e: order_changes(self.orders.get(e, []), orders.get(e, []))
                         for e in {**self.orders, **orders}} if self.orders else {}
         self.orders = orders
-        engine = self.control.engine
-        self._now = {e: {names[id(a)] for a in engine.plan(e, enabled) if a.active(Event(e), engine.state)}
-                     for e in orders}
+        self.now = {e.value: {names[id(a)] for a in algos}
+                    for e, algos in running_next(self.control.engine, planned).items()}
         self._draw()
 
     def _draw(self) -> None:
@@ -157,7 +181,7 @@ class OrderPreview(widgets.VBox):
         rows = []
         for e in shown:
             change = self.changes.get(e, OrderChange())
-            chips = "".join(_chip(n, change, n in self._now.get(e, ())) for n in self.orders.get(e, []))
+            chips = "".join(_chip(n, change, n in self.now.get(e, ())) for n in self.orders.get(e, []))
             chips += "".join(_removed_chip(n) for n in change.removed)
             rows.append(f"<tr><td style='padding-right:8px'><code>{e}</code></td><td>{chips or '-'}</td></tr>")
         body = "".join(rows) or "<tr><td>no enabled algorithm runs at this event</td></tr>"

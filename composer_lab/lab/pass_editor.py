@@ -53,7 +53,8 @@ class PassEditor(widgets.VBox):
         self.control = control
         self.rows: list[PassRow] = []
         self.list = widgets.VBox()
-        self.new_pass = widgets.Text(placeholder="name of a pass function in the notebook", description="new pass")
+        self.new_pass = widgets.Text(placeholder="name of a pass function in the notebook", description="new pass",
+                                     layout={"width": "380px"})
         self.new_pass.add_class("cl-new-pass")
         self.add_button = widgets.Button(description="Add pass")
         self.add_button.add_class("cl-add-pass")

@@ -17,15 +17,17 @@ from typing import Any, Iterable, Optional, Sequence, Union
 import numpy as np
 import pandas as pd
 from matplotlib import colormaps
+from matplotlib.artist import Artist
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from composer_lab.algorithms.batch_selection import BatchSelection
-from composer_lab.lab.diff import DIFF_STATUSES, diff_runs
+from composer_lab.core.event import Event
+from composer_lab.lab.diff import DIFF_STATUSES, diff_runs, without_internal
 from composer_lab.lab.sources import RunData, run_data
 
 __all__ = ["plot_loss", "plot_keep_ratio", "plot_timeline", "plot_algorithm_events", "plot_runs",
-           "draw_loss", "draw_keep_ratio", "keep_ratio_interval", "figure_png", "step_events", "LabFigure"]
+           "draw_loss", "draw_keep_ratio", "draw_notes", "draw_selection_bands", "selection_bands", "figure_png",
+           "step_events", "LabFigure"]
 
 _STATUS_COLORS = {"moved": "#f0a030", "appeared": "#40a040", "vanished": "#d04040"}
 
@@ -52,13 +54,22 @@ def _runs(sources: Sequence[Any]) -> list[RunData]:
     return [run_data(s) for s in sources]
 
 
-def _draw_notes(ax: Axes, run: RunData, color: str) -> None:
-    """A dotted vertical line at each change made from the lab, labelled with what changed."""
+def draw_notes(ax: Axes, run: RunData, color: str, strip: bool = True) -> list[Artist]:
+    """Each change noted during the run (lab changes, pauses, a longer duration) as a dotted
+    line with its number at the top; with ``strip``, the numbers' texts listed under the axis
+    (readable however close the changes are). Returns the artists drawn."""
     notes = run.notes.dropna(subset=["batch"])
-    for batch, text in zip(notes["batch"], notes["text"]):
-        ax.axvline(batch, color=color, linestyle=":", linewidth=1)
-        ax.annotate(textwrap.shorten(str(text), 40), (batch, 1), xycoords=("data", "axes fraction"), rotation=90, va="top",
-                    ha="right", fontsize=7, color=color)
+    artists: list[Artist] = []
+    for number, (batch, text) in enumerate(zip(notes["batch"], notes["text"]), start=1):
+        artists.append(ax.axvline(batch, color=color, linestyle=":", linewidth=1))
+        artists.append(ax.annotate(str(number), (batch, 1), xycoords=("data", "axes fraction"), xytext=(0, 2),
+                                   textcoords="offset points", ha="center", va="bottom", fontsize=7, color=color))
+    if strip and len(notes):
+        lines = [f"{number} (batch {int(batch)}): {textwrap.shorten(str(text), 70)}"
+                 for number, (batch, text) in enumerate(zip(notes["batch"], notes["text"]), start=1)]
+        artists.append(ax.annotate("\n".join(lines), (0, 0), xycoords="axes fraction", xytext=(0, -28),
+                                   textcoords="offset points", ha="left", va="top", fontsize=7, color=color))
+    return artists
 
 
 # -- loss ------------------------------------------------------------------------------------
@@ -73,7 +84,7 @@ def draw_loss(ax: Axes, runs: Sequence[RunData]) -> None:
         ax.plot(train.index, train.values, color=color, linewidth=1, label=f"{run.name} train")
         if not evaluation.empty:
             ax.plot(evaluation.index, evaluation.values, "o--", color=color, label=f"{run.name} eval")
-        _draw_notes(ax, run, color)
+        draw_notes(ax, run, color, strip=len(runs) == 1)
     ax.set_xlabel("batch")
     ax.set_ylabel("loss")
     ax.legend(fontsize=8)
@@ -90,64 +101,57 @@ def plot_loss(*sources: Any, title: str = "Loss") -> Figure:
 
 
 # -- keep ratio ------------------------------------------------------------------------------
-def keep_ratio_interval(run: RunData, metric: str = "sb/keep_ratio") -> Optional[tuple[float, float]]:
-    """The ``[start, end)`` batches of the batch-selection algorithm that logs ``metric``: from
-    a trainer's algorithms, or a saved run's config (``{'class': 'SelectiveBackprop', 'hparams':
-    {'start': 0.5, ...}}``); None when the run's length or the algorithm is unknown."""
-    prefix = metric.split("/")[0]
-    if not run.total_batches:
-        return None
-    for algo in run.algorithms:
-        if getattr(algo, "metric_prefix", None) == prefix:
-            return algo.start * run.total_batches, algo.end * run.total_batches
-    names = {cls.__name__ for cls in _batch_selections() if cls.metric_prefix == prefix}
-    for entry in run.config.get("algorithms", []):
-        if entry["class"] in names:
-            return entry["hparams"]["start"] * run.total_batches, entry["hparams"]["end"] * run.total_batches
-    return None
+_BAND_GAP = 2
+"""Selecting batches at most this far apart are one band (SB's ``interrupt`` lets every
+other batch through whole inside its interval)."""
 
 
-def _batch_selections() -> list[type]:
-    pending, found = [BatchSelection], []
-    while pending:
-        cls = pending.pop()
-        found.append(cls)
-        pending.extend(cls.__subclasses__())
-    return [cls for cls in found if hasattr(cls, "metric_prefix")]
+def selection_bands(ratio: pd.Series) -> list[tuple[int, int]]:
+    """The ``[first, last + 1)`` batch ranges where the keep ratio ``ratio`` (by batch) shows
+    selection (< 1): what happened, read from the metrics, so a run continued with a longer
+    duration keeps the bands it had."""
+    selecting = [int(b) for b in ratio.index[ratio < 1.0]]
+    bands: list[list[int]] = []
+    for batch in selecting:
+        if bands and batch - bands[-1][1] <= _BAND_GAP - 1:
+            bands[-1][1] = batch + 1
+        else:
+            bands.append([batch, batch + 1])
+    return [(a, b) for a, b in bands]
 
 
-def draw_keep_ratio(ax: Axes, run: RunData, metric: str = "sb/keep_ratio",
-                    interval: Optional[tuple[float, float]] = None) -> None:
-    """The keep ratio per step: selective steps as dots on the line, plain (full-batch) steps
-    as grey crosses at 1.0, the ``[start, end)`` interval shaded."""
+def draw_selection_bands(ax: Axes, ratio: pd.Series) -> list[Artist]:
+    """Shade each of :func:`selection_bands`; returns the artists drawn."""
+    return [ax.axvspan(a, b, color="C0", alpha=0.12, label="selecting" if i == 0 else None)
+            for i, (a, b) in enumerate(selection_bands(ratio))]
+
+
+def draw_keep_ratio(ax: Axes, run: RunData, metric: str = "sb/keep_ratio") -> None:
+    """The keep ratio of the selecting batches as points, the stretches where selection
+    happened shaded; plain (full-batch) steps are the white between (no line through them, so
+    no saw-tooth)."""
     ratio = run.metric(metric, "fit")
     if ratio.empty:
         raise ValueError(f"run {run.name!r} logged no {metric!r}; train with an algorithm that logs it "
                          f"(SelectiveBackprop logs 'sb/keep_ratio') or pass metric=...")
-    interval = interval if interval is not None else keep_ratio_interval(run, metric)
-    if interval is not None:
-        ax.axvspan(*interval, color="C0", alpha=0.12, label=f"interval [{interval[0]:g}, {interval[1]:g})")
+    draw_selection_bands(ax, ratio)
     selective = ratio < 1.0
-    ax.plot(ratio.index, ratio.values, color="C0", linewidth=0.8)
-    ax.plot(ratio.index[selective], ratio.values[selective], "o", color="C0", markersize=3,
-            label="selective step")
-    ax.plot(ratio.index[~selective], ratio.values[~selective], "x", color="0.5", markersize=4,
-            label="plain step")
-    _draw_notes(ax, run, "C3")
+    ax.plot(ratio.index[selective], ratio.values[selective], "o", color="C0", markersize=3, label="selecting batch")
+    draw_notes(ax, run, "C3")
+    ax.set_xlim(0, max(run.total_batches or 0, int(ratio.index.max()) + 1))
     ax.set_ylim(0, 1.08)
     ax.set_xlabel("batch")
     ax.set_ylabel("keep ratio")
     ax.legend(fontsize=8, loc="lower left")
 
 
-def plot_keep_ratio(source: Any, metric: str = "sb/keep_ratio",
-                    interval: Optional[tuple[float, float]] = None) -> Figure:
-    """Selective Backprop's keep ratio per step, with its ``[start, end)`` interval (in batches;
-    found from a trainer's algorithm, or given) shaded and the plain steps visible."""
+def plot_keep_ratio(source: Any, metric: str = "sb/keep_ratio") -> Figure:
+    """Selective Backprop's keep ratio on the batches where it selected, those stretches
+    shaded (:func:`selection_bands`, read from what was logged, not from today's settings)."""
     run = run_data(source)
     fig = LabFigure(figsize=(7, 3), layout="constrained")
     ax = fig.add_subplot()
-    draw_keep_ratio(ax, run, metric, interval)
+    draw_keep_ratio(ax, run, metric)
     ax.set_title(f"{metric} ({run.name})")
     return fig
 
@@ -187,11 +191,12 @@ def _invocation_starts(events: pd.DataFrame, invocations: pd.DataFrame) -> pd.Da
     return calls.assign(start=calls["t_start"] + before)
 
 
-def plot_timeline(source: Any, steps: Union[int, Iterable[int], None] = None) -> Figure:
+def plot_timeline(source: Any, steps: Union[int, Iterable[int], None] = None, internal: bool = False) -> Figure:
     """The events of chosen training steps along time (ms). The top lane shows each event
     until the next one fires, so the loop's own work shows as the phase it follows (the
     forward pass as ``before_forward``); below, one lane per algorithm and callback shows
-    its calls. ``steps``: step numbers, or how many of the last complete steps (default 2)."""
+    its calls. ``steps``: step numbers, or how many of the last complete steps (default 2).
+    The lab's own callbacks get no lane unless ``internal``."""
     run = run_data(source)
     events = run.events.assign(step=step_events(run.events))
     chosen = _chosen_steps(steps, events["step"].unique())
@@ -199,6 +204,8 @@ def plot_timeline(source: Any, steps: Union[int, Iterable[int], None] = None) ->
     events = events[events["step"].isin(chosen)]
     t0 = events["t_start"].min()
     calls = _invocation_starts(events, run.invocations[run.invocations["seq"].isin(events["seq"])])
+    if not internal:
+        calls = without_internal(calls)
     lanes = list(dict.fromkeys(calls["name"].astype(str)))
     fig = LabFigure(figsize=(10, 1.2 + 0.45 * (len(lanes) + 1)), layout="constrained")
     ax = fig.add_subplot()
@@ -232,7 +239,8 @@ def _cmap_color(i: int, n: int) -> Any:
 
 # -- algorithm x event -----------------------------------------------------------------------
 def plot_algorithm_events(source: Any) -> Figure:
-    """How often (calls) and how long (total ms) each algorithm ran at each event."""
+    """How often (calls) and how long (total ms) each algorithm ran at each event, the events
+    in the order the loop fires them."""
     run = run_data(source)
     inv = run.invocations
     ran = inv[inv["matched"] & (inv["kind"].astype(str) == "algorithm")]
@@ -241,16 +249,18 @@ def plot_algorithm_events(source: Any) -> Figure:
                          f"and trace='all' or 'ran'")
     ran = ran.assign(event=ran["event"].astype(str), name=ran["name"].astype(str))
     grouped = ran.groupby(["name", "event"])["duration"]
-    calls = grouped.count().unstack(fill_value=0)
-    total_ms = (grouped.sum() * 1e3).unstack(fill_value=0.0)
+    loop_order = [e.value for e in Event if e.value in set(ran["event"])]  # as the loop fires them
+    calls = grouped.count().unstack(fill_value=0)[loop_order]
+    total_ms = (grouped.sum() * 1e3).unstack(fill_value=0.0)[loop_order]
     fig = LabFigure(figsize=(3 + 1.1 * calls.shape[1] * 2, 1.5 + 0.5 * calls.shape[0]), layout="constrained")
     for ax, table, title, fmt in zip(fig.subplots(1, 2), (calls, total_ms), ("calls", "total time (ms)"),
                                      ("{:.0f}", "{:.2f}")):
         image = ax.imshow(table.values, aspect="auto", cmap="Blues")
         ax.set_xticks(range(table.shape[1]), table.columns, rotation=45, ha="right")
         ax.set_yticks(range(table.shape[0]), table.index)
-        for (r, c), value in np.ndenumerate(table.values):
-            ax.text(c, r, fmt.format(value), ha="center", va="center", fontsize=8)
+        for (r, c), value in np.ndenumerate(table.values):  # white on the dark cells, black on the light
+            dark = image.norm(value) > 0.5
+            ax.text(c, r, fmt.format(value), ha="center", va="center", fontsize=8, color="white" if dark else "black")
         ax.set_title(title)
         fig.colorbar(image, ax=ax, shrink=0.8)
     fig.suptitle(f"Algorithms by event ({run.name})")
@@ -258,13 +268,14 @@ def plot_algorithm_events(source: Any) -> Figure:
 
 
 # -- two runs --------------------------------------------------------------------------------
-def plot_runs(a: Any, b: Any, diff: Optional[pd.DataFrame] = None) -> Figure:
+def plot_runs(a: Any, b: Any, diff: Optional[pd.DataFrame] = None, internal: bool = False) -> Figure:
     """The same experiment twice (two pass orders, two algorithm sets): both loss curves on
-    the left, and per event how many calls moved, appeared or vanished (:func:`diff_runs`)."""
+    the left, and per event how many calls moved, appeared or vanished (:func:`diff_runs`; the
+    lab's own callbacks left out unless ``internal``)."""
     runs = _runs([a, b])
     if runs[0].name == runs[1].name:
         runs = [run_data(runs[0], f"{runs[0].name} (a)"), run_data(runs[1], f"{runs[1].name} (b)")]
-    diff = diff_runs(*runs) if diff is None else diff
+    diff = diff_runs(*runs, internal=internal) if diff is None else diff
     fig = LabFigure(figsize=(12, 4), layout="constrained")
     loss_ax, diff_ax = fig.subplots(1, 2)
     draw_loss(loss_ax, runs)

@@ -9,7 +9,7 @@ from conftest import Mix, Smooth, make_trainer
 
 def test_lab_shows_every_panel_and_they_share_one_control():
     trainer = make_trainer([Mix(), Smooth()], max_duration="8ba")
-    lab = Lab(trainer, redraw_every=2)
+    lab = Lab(trainer)
     bundle = lab._repr_mimebundle_()
     assert "application/vnd.jupyter.widget-view+json" in bundle
     lab.algorithms.checkboxes["Smooth"].value = False

@@ -197,3 +197,20 @@ def test_preview_marks_an_algorithm_off_its_schedule():
     state.timestamp = Timestamp(batch=12, batch_in_epoch=12)
     preview.refresh()
     assert sb.active(Event.AFTER_DATALOADER, state) and "solid" in _chip_style(preview, "SelectiveBackprop")
+
+
+def test_the_algorithm_arrows_reorder_the_list_the_preview_and_the_rows_and_note_it(engine):
+    control = Control(engine)
+    panel, preview = AlgorithmPanel(control), OrderPreview(control)
+    engine.passes = []  # no pass decides: the list's order is the order they run in
+    preview.refresh()
+    assert preview.orders["after_dataloader"] == ["Pick", "Mix"]
+    panel.arrows["Mix"][0].click()
+    assert names(engine.state.algorithms) == ["Mix", "Pick", "Smooth"]
+    assert preview.orders["after_dataloader"] == ["Mix", "Pick"]
+    assert preview.changes["after_dataloader"].moved
+    assert [row.children[2].description for row in panel.children[1:-1]] == ["Mix", "Pick", "Smooth"]
+    assert engine.trace.notes["text"].iloc[-1] == "moved Mix to position 0: ['Mix', 'Pick', 'Smooth']"
+    panel.checkboxes["Mix"].value = False
+    panel.checkboxes["Mix"].value = True  # back in its new place
+    assert names(engine.state.algorithms) == ["Mix", "Pick", "Smooth"]

@@ -61,9 +61,13 @@ def test_plot_loss_marks_changes_made_from_the_lab():
     control.set_enabled("Mix", False)
     trainer.fit("3ba")
     ax = plot_loss(trainer).axes[0]
+    notes = trainer.trace.notes
+    assert list(notes["kind"]) == ["duration", "algorithm", "duration"]  # fit('3ba') set the length, twice
     marks = [line for line in ax.get_lines() if line.get_linestyle() == ":"]
-    assert len(marks) == 1 and marks[0].get_xdata()[0] == 3
-    assert "Mix off" in [t.get_text() for t in ax.texts]
+    assert [m.get_xdata()[0] for m in marks] == [0, 3, 3]
+    texts = [t.get_text() for t in ax.texts]
+    assert texts[:3] == ["1", "2", "3"], "each mark is numbered, not labelled with a rotated text"
+    assert texts[3].splitlines()[1] == "2 (batch 3): Mix off", "the notes strip under the axis says what changed"
 
 
 def test_plot_keep_ratio_shades_the_interval_and_shows_plain_steps(trained, tmp_path):
@@ -71,14 +75,26 @@ def test_plot_keep_ratio_shades_the_interval_and_shows_plain_steps(trained, tmp_
     ax = fig.axes[0]
     drawn = lines(ax)
     ratio = trained.metrics[trained.metrics["name"] == "sb/keep_ratio"].set_index("batch")["value"]
-    assert list(drawn["selective step"].get_xdata()) == list(ratio.index[ratio < 1])
-    assert list(drawn["plain step"].get_xdata()) == list(ratio.index[ratio == 1])
-    assert set(drawn["selective step"].get_xdata()) == {4, 6, 8}  # [3, 9) of 12 batches, even batches of the epoch
+    assert list(drawn["selecting batch"].get_xdata()) == list(ratio.index[ratio < 1])
+    assert set(drawn["selecting batch"].get_xdata()) == {4, 6, 8}  # [3, 9) of 12 batches, even batches of the epoch
+    assert [line.get_linestyle() for line in ax.get_lines()] == ["None"], "points, no saw-tooth line"
     (span,) = ax.patches
-    assert (span.get_x(), span.get_x() + span.get_width()) == (3, 9)
+    assert (span.get_x(), span.get_x() + span.get_width()) == (4, 9)  # where selection happened
     saved = trained.to_run().save(tmp_path / "run")
     (saved_span,) = plot_keep_ratio(saved).axes[0].patches
-    assert (saved_span.get_x(), saved_span.get_x() + saved_span.get_width()) == (3, 9)
+    assert (saved_span.get_x(), saved_span.get_x() + saved_span.get_width()) == (4, 9)
+
+
+def test_a_continued_run_keeps_the_selection_it_had():
+    """History is not redrawn from today's settings: a longer run moves SB's schedule from
+    then on (a note), and the bands drawn stay where selection happened."""
+    trainer = make_trainer([sb()], max_duration="12ba", run_name="continued")
+    trainer.fit()
+    before = [(p.get_x(), p.get_x() + p.get_width()) for p in plot_keep_ratio(trainer).axes[0].patches]
+    trainer.fit("12ba")
+    after = [(p.get_x(), p.get_x() + p.get_width()) for p in plot_keep_ratio(trainer).axes[0].patches]
+    assert before == [(4, 9)] and after[0] == (4, 9) and after[1][0] >= 12
+    assert "schedules in fractions of the run move" in trainer.trace.notes["text"].iloc[-1]
 
 
 def test_plot_timeline_shows_the_chosen_steps_with_one_lane_per_algorithm(trained):
@@ -168,3 +184,20 @@ def test_run_data_reads_folders_and_frames_and_rejects_the_rest(trained, tmp_pat
         plot_keep_ratio(trained.metrics[trained.metrics["name"] == "loss/train"])
     with pytest.raises(ValueError, match="no run given"):
         plot_loss()
+
+
+def test_the_labs_own_callback_is_marked_and_left_out_of_diffs_and_timelines():
+    from composer_lab.lab import Lab
+    runs = []
+    for watched in (False, True):
+        trainer = make_trainer([Mix()], max_duration="3ba", run_name=f"watched={watched}")
+        if watched:
+            Lab(trainer)
+        trainer.fit()
+        runs.append(trainer)
+    inv = runs[1].trace.invocations
+    assert "lab.RunMonitor" in set(inv["name"].astype(str)), "marked as the lab's own in the trace"
+    assert set(diff_runs(*runs)["status"]) == {"same"}
+    assert (diff_runs(*runs, internal=True)["status"] == "appeared").sum() > 0
+    lanes = [t.get_text() for t in plot_timeline(runs[1], steps=[1]).axes[0].get_yticklabels()]
+    assert "lab.RunMonitor" not in lanes and "Mix" in lanes

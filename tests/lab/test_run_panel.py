@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 
 import pytest
 
 from composer_lab.lab.algorithms_panel import AlgorithmPanel
 from composer_lab.lab.control import Control
 from composer_lab.lab.pass_editor import PassEditor
-from composer_lab.lab.run_panel import RunPanel
-from conftest import Fail, Mix, Smooth, make_trainer
+from composer_lab.lab import Lab
+from composer_lab.lab.run_panel import RedrawBudget, RunPanel
+from conftest import Fail, Mix, Pick, Smooth, make_trainer
 
 
 def ran_at(trainer, name, event):
@@ -22,7 +25,7 @@ def ran_at(trainer, name, event):
 def test_a_change_during_a_run_holds_from_the_next_step_and_is_noted_at_its_batch():
     trainer = make_trainer([Mix(), Smooth()], max_duration="12ba")
     control = Control(trainer)
-    panel, algorithms = RunPanel(trainer, redraw_every=4), AlgorithmPanel(control)
+    panel, algorithms = RunPanel(trainer), AlgorithmPanel(control)
     handle = panel.start(pause_at=5)
     assert handle.wait_paused(timeout=30)
     algorithms.checkboxes["Mix"].value = False  # while the thread waits at batch 5's boundary
@@ -35,7 +38,8 @@ def test_a_change_during_a_run_holds_from_the_next_step_and_is_noted_at_its_batc
     assert change["text"] == "Mix off" and change["batch"] == 5
     assert list(notes.loc[notes["kind"] == "run", "text"]) == ["paused", "resumed"]
     assert panel.progress.value == 12 and bytes(panel.plot.value).startswith(b"\x89PNG")
-    assert panel.start_button.description == "Continue"
+    assert panel.start_button.description == "Start" and panel.pause_button.description == "Pause"
+    assert panel.status.value.startswith("done: 12 batches")
 
 
 def test_pause_button_pauses_and_continues_and_stop_ends_the_run():
@@ -81,11 +85,94 @@ def test_an_error_in_the_run_is_raised_by_wait():
     handle = panel.start()
     with pytest.raises(RuntimeError, match="failed on purpose at batch 2"):
         handle.wait(timeout=30)
-    assert panel.start_button.description == "Continue"
+    assert "failed at batch 2" in panel.status.value and not panel.start_button.disabled
 
 
 def test_run_panel_rejects_what_is_not_a_trainer():
     with pytest.raises(TypeError, match="needs a Trainer"):
         RunPanel(object())
-    with pytest.raises(ValueError, match="redraw_every"):
-        RunPanel(make_trainer([]), redraw_every=0)
+    with pytest.raises(ValueError, match="redraw_share"):
+        RunPanel(make_trainer([]), redraw_share=0)
+
+
+def test_one_continue_button_when_paused_and_a_status_line_after_stop():
+    trainer = make_trainer([], max_duration="40ba")
+    panel = RunPanel(trainer)
+    handle = panel.start()
+    panel.pause_button.click()
+    assert handle.wait_paused(timeout=30)
+    buttons = [b.description for b in (panel.start_button, panel.pause_button, panel.stop_button)]
+    assert buttons.count("Continue") == 1 and panel.start_button.disabled
+    assert panel.status.value.startswith("paused after batch")
+    panel.stop_button.click()
+    handle.wait(timeout=30)
+    batch = trainer.state.timestamp.batch
+    assert panel.status.value == (f"stopped after batch {batch} (max_duration 40ba); press Start to go on to "
+                                  f"max_duration")
+    assert panel.label.value == f"{batch} / 40 batches"
+
+
+def test_start_on_a_finished_trainer_says_what_to_do():
+    trainer = make_trainer([], max_duration="3ba")
+    panel = RunPanel(trainer)
+    panel.start().wait(timeout=30)
+    panel.start_button.click()
+    assert panel.handle.done and trainer.state.timestamp.batch == 3, "no run started"
+    assert "the run is at its end (batch 3, max_duration 3ba); say how much more to train" in panel.status.value
+    panel.duration.value = "2ba"
+    panel.start_button.click()
+    panel.handle.wait(timeout=30)
+    assert trainer.state.timestamp.batch == 5
+    assert panel.progress.max == 5 and panel.label.value == "5 / 5 batches", "the total is the run's current length"
+
+
+def test_the_lab_follows_a_fit_from_a_cell_and_refuses_a_second_fit_during_a_panel_run():
+    trainer = make_trainer([Mix(), Pick(0, 1)], max_duration="6ba")
+    lab = Lab(trainer)
+    handle = lab.run.start(pause_at=2)
+    assert handle.wait_paused(timeout=30)
+    with pytest.raises(RuntimeError, match="already training .*thread 'composer_lab-run'"):
+        trainer.fit("5ba")
+    handle.resume()
+    handle.wait(timeout=30)
+    assert str(trainer.state.max_duration) == "6ba" and trainer.state.timestamp.batch == 6
+    trainer.fit("4ba")  # from a cell
+    assert lab.run.label.value == "10 / 10 batches" and lab.run.progress.value == 10
+    assert "trained to batch 10" in lab.run.status.value
+    assert len(lab.conflicts.conflicts) > 0 and bytes(lab.run.plot.value).startswith(b"\x89PNG")
+
+
+def test_the_conflict_table_follows_pass_toggles():
+    trainer = make_trainer([Mix(), Pick(0, 1)], max_duration="2ba")
+    lab = Lab(trainer)
+    trainer.fit()
+    assert list(lab.conflicts.conflicts["pass"]) == ["set_filo_order"]
+    lab.control.set_pass_enabled("set_filo_order", False)
+    assert list(lab.conflicts.conflicts["pass"]) == ["sort_selective_backprop_first"]
+    assert "sort_selective_backprop_first" in lab.conflicts.table.value
+
+
+def test_interrupting_the_kernel_stops_a_panel_run_at_the_next_batch():
+    """As an idle kernel: SIGINT ignored, until the panel's run relays it."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        trainer = make_trainer([], max_duration="400ba")
+        panel = RunPanel(trainer)
+        handle = panel.start(pause_at=3)
+        assert handle.wait_paused(timeout=30)
+        os.kill(os.getpid(), signal.SIGINT)
+        handle.wait(timeout=30)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN, "the relay is gone after the run"
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert handle.interrupted and trainer.state.timestamp.batch == 3
+    notes = trainer.trace.notes
+    assert list(notes["text"])[-2] == "interrupted (kernel interrupt)" and notes["kind"].iloc[-1] == "interrupt"
+    assert panel.status.value.startswith("interrupted by the kernel after batch 3")
+
+
+def test_redraws_keep_within_their_share_of_the_time():
+    budget = RedrawBudget(0.1)
+    assert budget.due()
+    budget.spent(budget.next_at)  # (a drawing from time 0 to now: the next waits ten times as long)
+    assert not budget.due()
