@@ -1,4 +1,5 @@
 """The command line: ``composer-lab run`` trains a small experiment and writes a run folder;
+``composer-lab lab`` opens JupyterLab on a working copy of the bundled notebooks;
 ``composer-lab check-notebooks`` validates notebooks as CI validates the bundled ones.
 
 With no options it trains a small CNN on scikit-learn's digits for 6 epochs with Selective
@@ -70,6 +71,14 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--folder", default=None, help="the sweep folder (default: sweeps/<start time>); "
                        "run again on it to resume")
     sweep.set_defaults(handler=sweep_command)
+    lab = commands.add_parser("lab", help="open JupyterLab on a working copy of the bundled notebooks "
+                              "(copied there the first time; the shipped ones stay clean)")
+    lab.add_argument("folder", nargs="?", default=None,
+                     help="the working folder for the notebooks (default: ./composer-lab-notebooks)")
+    lab.add_argument("--no-browser", action="store_true", help="serve without opening a browser")
+    lab.add_argument("--print-command", action="store_true",
+                     help="prepare the folder and print the JupyterLab command instead of running it")
+    lab.set_defaults(handler=lab_command)
     return parser
 
 
@@ -172,6 +181,23 @@ def check_notebooks_command(args: argparse.Namespace) -> int:
     from composer_lab.notebook_check import check_notebooks
 
     return check_notebooks(args.paths, kernels=[k.strip() for k in args.kernels.split(",") if k.strip()])
+
+
+def lab_command(args: argparse.Namespace) -> int:
+    """Copy the notebooks into ``args.folder`` (those not there yet) and run JupyterLab on it."""
+    import shlex
+    import subprocess
+
+    from composer_lab.lab.launch import DEFAULT_FOLDER, lab_command as command_for, prepare_folder
+
+    folder = Path(args.folder or DEFAULT_FOLDER)
+    copied = prepare_folder(folder)
+    command = command_for(folder, open_browser=not args.no_browser)
+    print(f"{len(copied)} notebook(s) copied to {folder}" if copied else f"notebooks in {folder} (kept as they are)")
+    if args.print_command:
+        print(shlex.join(command))
+        return 0
+    return subprocess.call(command)
 
 
 @dataclass(frozen=True)

@@ -6,3 +6,4 @@ python3 -m venv .venv
 . .venv/bin/activate
 pip install -q --disable-pip-version-check -e .
 composer-lab run "$@"
+echo "Open the lab (JupyterLab on a working copy of the notebooks): . .venv/bin/activate && composer-lab lab"
