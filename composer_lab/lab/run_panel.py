@@ -203,17 +203,23 @@ RunMonitor.__name__ = RunMonitor.__qualname__ = INTERNAL_PREFIX + "RunMonitor"  
 class RedrawBudget:
     """When the live plot may be drawn again: a drawing that took ``t`` seconds waits
     ``t / share`` seconds, so drawing takes at most ``share`` of the run's time whatever the
-    figure costs (a step budget would cost more on a fast model than on a slow one)."""
+    figure costs (a step budget would cost more on a fast model than on a slow one). The first
+    drawing waits ``first_after`` seconds from the first question (a short run is drawn once,
+    at its end)."""
 
-    def __init__(self, share: float) -> None:
+    def __init__(self, share: float, first_after: float = 2.0) -> None:
         if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
             raise ValueError(f"redraw_share is the share of the run's time the live plot may take, in (0, 1], "
                              f"got {share!r}; pass e.g. redraw_share=0.05")
         self.share = float(share)
-        self.next_at = 0.0
+        self.first_after = first_after
+        self.next_at: Optional[float] = None
 
     def due(self) -> bool:
-        return time.perf_counter() >= self.next_at
+        now = time.perf_counter()
+        if self.next_at is None:
+            self.next_at = now + self.first_after
+        return now >= self.next_at
 
     def spent(self, started: float) -> None:
         """A drawing that began at ``started`` (``time.perf_counter()``) is over."""

@@ -172,7 +172,9 @@ def test_interrupting_the_kernel_stops_a_panel_run_at_the_next_batch():
 
 
 def test_redraws_keep_within_their_share_of_the_time():
-    budget = RedrawBudget(0.1)
+    budget = RedrawBudget(0.1, first_after=0.0)
     assert budget.due()
-    budget.spent(budget.next_at)  # (a drawing from time 0 to now: the next waits ten times as long)
-    assert not budget.due()
+    started = budget.next_at - 1.0  # a drawing that took a second (at least)
+    budget.spent(started)
+    assert not budget.due() and budget.next_at - started >= 11.0  # it waits ten times as long
+    assert not RedrawBudget(0.1, first_after=60.0).due(), "the first drawing waits"
