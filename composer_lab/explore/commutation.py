@@ -29,9 +29,9 @@ from composer_lab.core.event import Event
 from composer_lab.core.logger import Logger
 from composer_lab.core.passes import is_filo_reversed
 from composer_lab.core.state import State
-from composer_lab.explore.figures import ExploreFigure
 from composer_lab.explore.orderings import algorithm_names, check_algorithms
 from composer_lab.explore.trials import check_trainer
+from composer_lab.figures import LabFigure
 from composer_lab.trainer.rng import load_rng_state, rng_state
 
 __all__ = ["commutation", "plot_commutation", "FIELDS", "TOLERANCE"]
@@ -198,14 +198,14 @@ def _max_abs_diff(left: Optional[list], right: Optional[list]) -> float:
     return max(diffs, default=0.0)
 
 
-def plot_commutation(table: pd.DataFrame) -> ExploreFigure:
+def plot_commutation(table: pd.DataFrame) -> LabFigure:
     """A heatmap of the table: one row per pair, one column per event; green where the pair
     commutes, red where it does not (with the largest difference), blank where it never met."""
     verdict = table.groupby(["first", "second", "event"], sort=False).agg(
         commutes=("commutes", "all"), diff=("max_abs_diff", "max")).reset_index()
     pairs = list(dict.fromkeys(f"{f} × {s}" for f, s in zip(verdict["first"], verdict["second"])))
     events = [e.value for e in Event if e.value in set(verdict["event"])]
-    fig = ExploreFigure(figsize=(3.5 + 1.3 * max(len(events), 1), 1.2 + 0.45 * max(len(pairs), 1)))
+    fig = LabFigure(figsize=(3.5 + 1.3 * max(len(events), 1), 1.2 + 0.45 * max(len(pairs), 1)))
     ax = fig.add_subplot()
     ax.set_xlim(-0.5, len(events) - 0.5)
     ax.set_ylim(len(pairs) - 0.5, -0.5)

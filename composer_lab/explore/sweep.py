@@ -27,10 +27,10 @@ from scipy import stats
 
 from composer_lab.core.algorithm import Algorithm
 from composer_lab.explore.executors import check_sendable, local_pool
-from composer_lab.explore.figures import ExploreFigure
 from composer_lab.explore.orderings import algorithm_names, check_algorithms, order_label, orderings
 from composer_lab.explore.results import SweepFolder
 from composer_lab.explore.trials import Trial, run_trial
+from composer_lab.figures import LabFigure
 from composer_lab.trainer.run import Run
 
 __all__ = ["Sweep", "DEFAULT_METRIC"]
@@ -184,11 +184,11 @@ class Sweep:
         ranking.insert(0, "rank", range(1, len(ranking) + 1))
         return ranking[RANKING_COLUMNS].reset_index(drop=True)
 
-    def plot(self) -> ExploreFigure:
+    def plot(self) -> LabFigure:
         """The orders' means with their 95% intervals (left) and the paired differences from the
         first order with theirs (right), best order on top."""
         ranking = self.ranking()
-        fig = ExploreFigure(figsize=(11, 1.2 + 0.5 * len(ranking)))
+        fig = LabFigure(figsize=(11, 1.2 + 0.5 * len(ranking)))
         means, diffs = fig.subplots(1, 2, sharey=True)
         y = np.arange(len(ranking))
         for ax, centre, low, high, title in (

@@ -3,14 +3,12 @@
 Each ``plot_*`` takes what :func:`~composer_lab.lab.sources.run_data` reads (a Trainer, a
 Run, a saved run folder, trace or metrics DataFrames) and returns a :class:`LabFigure`, a
 matplotlib Figure built without pyplot (so it works outside Jupyter and from a worker thread)
-that IPython displays as PNG through its own ``_repr_png_``, with no formatter registered
-anywhere; ``fig.savefig('x.png')`` saves it. The ``draw_*`` functions draw the
-same into a given Axes (the run panel and :func:`plot_runs` reuse them).
+that IPython displays as PNG through its own ``_repr_png_`` (:mod:`composer_lab.figures`). The
+``draw_*`` functions draw the same into a given Axes (the run panel and :func:`plot_runs` reuse them).
 """
 
 from __future__ import annotations
 
-import io
 import textwrap
 from typing import Any, Iterable, Optional, Sequence, Union
 
@@ -22,6 +20,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from composer_lab.core.event import Event
+from composer_lab.figures import LabFigure, figure_png
 from composer_lab.lab.diff import DIFF_STATUSES, diff_runs, without_internal
 from composer_lab.lab.sources import RunData, run_data
 
@@ -30,20 +29,6 @@ __all__ = ["plot_loss", "plot_keep_ratio", "plot_timeline", "plot_algorithm_even
            "step_events", "LabFigure"]
 
 _STATUS_COLORS = {"moved": "#f0a030", "appeared": "#40a040", "vanished": "#d04040"}
-
-
-def figure_png(fig: Figure, dpi: int = 80) -> bytes:
-    """The figure as PNG bytes (for an ipywidgets Image)."""
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
-    return buffer.getvalue()
-
-
-class LabFigure(Figure):
-    """A Figure that shows itself in IPython (as PNG) without pyplot or a registered formatter."""
-
-    def _repr_png_(self) -> bytes:
-        return figure_png(self, dpi=100)
 
 
 def _runs(sources: Sequence[Any]) -> list[RunData]:
