@@ -28,12 +28,26 @@ def _kernel() -> Any:
 
 
 def relay_interrupt(stop: Callable[[], None]) -> Callable[[], None]:
-    """Call ``stop()`` on SIGINT until the returned function is called (from the main thread)
-    to put the previous handler back. Off the main thread, where Python allows no signal
-    handler, nothing is installed."""
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
+    """Call ``stop()`` on SIGINT until the returned function is called, which puts the previous
+    handler back. Python installs signal handlers from the main thread only: called from
+    another thread (a widget's click handled off the main thread), the relay is installed, and
+    later taken away, on the kernel's main event loop; outside a kernel, nothing is installed."""
     kernel = _kernel()
+    if threading.current_thread() is threading.main_thread():
+        return _install(stop, kernel)
+    loop = getattr(kernel, "io_loop", None)
+    if loop is None:
+        return lambda: None
+    installed: list[Callable[[], None]] = []
+    loop.add_callback(lambda: installed.append(_install(stop, kernel)))  # (thread-safe)
+
+    def restore() -> None:
+        loop.add_callback(lambda: [undo() for undo in installed])
+    return restore
+
+
+def _install(stop: Callable[[], None], kernel: Any) -> Callable[[], None]:
+    """:func:`relay_interrupt` on the main thread; returns what takes the relay away (from any thread)."""
     in_kernel_handler = kernel is not None and signal.getsignal(signal.SIGINT) is signal.default_int_handler \
         and hasattr(kernel, "saved_sigint_handler")
     previous = kernel.saved_sigint_handler if in_kernel_handler else signal.getsignal(signal.SIGINT)
@@ -53,4 +67,10 @@ def relay_interrupt(stop: Callable[[], None]) -> Callable[[], None]:
             kernel.saved_sigint_handler = previous
         if signal.getsignal(signal.SIGINT) is handler:
             signal.signal(signal.SIGINT, previous)
-    return restore
+
+    def restore_from_any_thread() -> None:
+        if threading.current_thread() is threading.main_thread():
+            restore()
+        elif getattr(kernel, "io_loop", None) is not None:
+            kernel.io_loop.add_callback(restore)
+    return restore_from_any_thread

@@ -41,13 +41,17 @@ def _runs(sources: Sequence[Any]) -> list[RunData]:
 
 def draw_notes(ax: Axes, run: RunData, color: str, strip: bool = True) -> list[Artist]:
     """Each change noted during the run (lab changes, pauses, a longer duration) as a dotted
-    line with its number at the top; with ``strip``, the numbers' texts listed under the axis
+    line with its number at the top (one line for the notes of one batch); with ``strip``, the numbers' texts listed under the axis
     (readable however close the changes are). Returns the artists drawn."""
     notes = run.notes.dropna(subset=["batch"])
     artists: list[Artist] = []
-    for number, (batch, text) in enumerate(zip(notes["batch"], notes["text"]), start=1):
+    numbers_at: dict[Any, list[int]] = {}  # notes at one batch share a line, labelled '2-3'
+    for number, batch in enumerate(notes["batch"], start=1):
+        numbers_at.setdefault(batch, []).append(number)
+    for batch, numbers in numbers_at.items():
+        label = str(numbers[0]) if len(numbers) == 1 else f"{numbers[0]}-{numbers[-1]}"
         artists.append(ax.axvline(batch, color=color, linestyle=":", linewidth=1))
-        artists.append(ax.annotate(str(number), (batch, 1), xycoords=("data", "axes fraction"), xytext=(0, 2),
+        artists.append(ax.annotate(label, (batch, 1), xycoords=("data", "axes fraction"), xytext=(0, 2),
                                    textcoords="offset points", ha="center", va="bottom", fontsize=7, color=color))
     if strip and len(notes):
         lines = [f"{number} (batch {int(batch)}): {textwrap.shorten(str(text), 70)}"

@@ -62,14 +62,9 @@ class RunHandle:
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="composer_lab-run", daemon=True)
         self._restore_interrupt: Callable[[], None] = lambda: None
-        self._loop: Optional[asyncio.AbstractEventLoop] = None
 
     def start(self) -> "RunHandle":
         self._restore_interrupt = relay_interrupt(self.interrupt)
-        try:
-            self._loop = asyncio.get_running_loop()  # in a kernel: where the relay is taken away after
-        except RuntimeError:
-            self._loop = None
         self._thread.start()
         return self
 
@@ -84,8 +79,7 @@ class RunHandle:
             if self.on_done is not None:
                 self.on_done()
             self._done.set()
-            if self._loop is not None and not self._loop.is_closed():
-                self._loop.call_soon_threadsafe(self._restore_interrupt)  # signals: main thread only
+            self._restore_interrupt()
 
     # -- called in the run's thread ---------------------------------------------------------
     def will_pause(self, state: State) -> bool:
@@ -310,7 +304,7 @@ class RunPanel(widgets.VBox):
         self.plot = widgets.Image(format="png", layout={"display": "none"})  # shown from the first drawing
         for w, name in ((self.start_button, "start"), (self.pause_button, "pause"), (self.stop_button, "stop"),
                         (self.plot, "live-plot"), (self.progress, "progress"), (self.status, "status"),
-                        (self.label, "label")):
+                        (self.label, "label"), (self.duration, "duration")):
             w.add_class(f"cl-run-{name}")
         self.start_button.on_click(lambda _: self._click_start())
         self.pause_button.on_click(lambda _: self.toggle_pause())

@@ -114,3 +114,73 @@ def test_unticking_and_moving_a_pass_in_the_browser_changes_the_engine(jupyter, 
         print(f"screenshot: {shot}")
         browser.close()
     assert shot.stat().st_size > 0
+
+
+def _open_lab(p, url: str):
+    """Chromium on the fixture notebook, every cell run, the lab shown; (browser, page, kernel)."""
+    browser = p.chromium.launch(executable_path=CHROMIUM, headless=True)
+    page = browser.new_page(viewport={"width": 1400, "height": 1400})
+    page.goto(f"{url}/lab/tree/{NOTEBOOK.name}?reset")
+    page.wait_for_function("() => window.jupyterapp?.shell?.currentWidget?.sessionContext?.session?.kernel"
+                           "?.status === 'idle'", timeout=120_000)
+    page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+    page.wait_for_selector(".cl-lab", timeout=120_000)
+    return browser, page, lambda code: page.evaluate(_KERNEL_EXEC, code)
+
+
+def _wait_text(page, selector: str, text: str, timeout: float = 60) -> str:
+    """The selector's text once it contains ``text`` (fails after ``timeout`` seconds)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        shown = page.inner_text(selector)
+        if text in shown:
+            return shown
+        time.sleep(0.2)
+    pytest.fail(f"{selector} never showed {text!r}; it shows {page.inner_text(selector)!r}")
+
+
+def _start(page, duration: str) -> None:
+    page.fill(".cl-run-duration input", duration)
+    page.click(".cl-run-start")
+
+
+def test_the_run_panel_runs_stops_is_interrupted_continues_and_follows_a_cell_fit(jupyter, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser, page, kernel = _open_lab(p, jupyter)
+        kernel("import time\nfrom composer_lab import Callback\n"
+               "class Slow(Callback):\n    def batch_end(self, state, logger): time.sleep(0.05)\n"
+               "trainer.state.callbacks.append(Slow())")
+        batch = "print(trainer.state.timestamp.batch)"
+
+        _start(page, "400ba")  # run, then Stop
+        _wait_text(page, ".cl-run-status", "training")
+        while int(kernel(batch)) < 5:
+            time.sleep(0.1)
+        page.click(".cl-run-stop")
+        status = _wait_text(page, ".cl-run-status", "stopped after batch")
+        stopped = int(kernel(batch))
+        assert f"stopped after batch {stopped} (max_duration 400ba)" in status
+        assert page.inner_text(".cl-run-label").strip() == f"{stopped} / 400 batches", "total: the run's length"
+
+        _start(page, "400ba")  # run, then interrupt the kernel (JupyterLab's stop button)
+        while int(kernel(batch)) < stopped + 5:
+            time.sleep(0.1)
+        page.evaluate("() => window.jupyterapp.commands.execute('kernelmenu:interrupt')")
+        _wait_text(page, ".cl-run-status", "interrupted by the kernel after batch")
+        notes = json.loads(kernel("import json; print(json.dumps(list(trainer.trace.notes['kind'])))"))
+        assert notes.count("interrupt") == 2 and notes[-1] == "interrupt"
+        interrupted = int(kernel(batch))
+
+        _start(page, "5ba")  # continue
+        _wait_text(page, ".cl-run-status", f"done: {interrupted + 5} batches")
+        kernel("trainer.fit('3ba')")  # a fit from a cell: the lab follows
+        _wait_text(page, ".cl-run-status", f"trained to batch {interrupted + 8}")
+        assert page.inner_text(".cl-run-label").strip() == f"{interrupted + 8} / {interrupted + 8} batches"
+        page.wait_for_selector(".cl-run-live-plot", state="visible")
+        shot = tmp_path / "run_panel.png"
+        page.screenshot(path=str(shot), full_page=True)
+        print(f"screenshot: {shot}")
+        browser.close()
+    assert shot.stat().st_size > 0

@@ -64,10 +64,10 @@ def test_plot_loss_marks_changes_made_from_the_lab():
     notes = trainer.trace.notes
     assert list(notes["kind"]) == ["duration", "algorithm", "duration"]  # fit('3ba') set the length, twice
     marks = [line for line in ax.get_lines() if line.get_linestyle() == ":"]
-    assert [m.get_xdata()[0] for m in marks] == [0, 3, 3]
+    assert [m.get_xdata()[0] for m in marks] == [0, 3]
     texts = [t.get_text() for t in ax.texts]
-    assert texts[:3] == ["1", "2", "3"], "each mark is numbered, not labelled with a rotated text"
-    assert texts[3].splitlines()[1] == "2 (batch 3): Mix off", "the notes strip under the axis says what changed"
+    assert texts[:2] == ["1", "2-3"], "each mark is numbered (once per batch), not labelled with a rotated text"
+    assert texts[2].splitlines()[1] == "2 (batch 3): Mix off", "the notes strip under the axis says what changed"
 
 
 def test_plot_keep_ratio_shades_the_interval_and_shows_plain_steps(trained, tmp_path):
