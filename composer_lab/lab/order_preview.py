@@ -155,6 +155,7 @@ class OrderPreview(widgets.VBox):
         self.event = widgets.Dropdown(options=[_ALL] + [e.value for e in Event], value=event or _ALL,
                                       description="event", layout={"width": "260px", "max_width": "100%"},
                                       style={"description_width": "initial"})
+        self.event.add_class("cl-preview-event")
         self.table = widgets.HTML()
         self.table.add_class("cl-order-preview")
         super().__init__([widgets.HTML("<b>Order preview</b>"), self.event, self.table])

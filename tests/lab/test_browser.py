@@ -37,6 +37,17 @@ _KERNEL_EXEC = """async (code) => {
 }"""
 
 
+_CUT_PLACEHOLDERS = """() => {
+  const ctx = document.createElement('canvas').getContext('2d');
+  return [...document.querySelectorAll('.cl-lab input[placeholder]')].filter((input) => {
+    const style = getComputedStyle(input);
+    ctx.font = style.font;
+    const room = input.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+    return input.placeholder && ctx.measureText(input.placeholder).width > room;
+  }).map((input) => input.placeholder);
+}"""
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -109,6 +120,9 @@ def test_unticking_and_moving_a_pass_in_the_browser_changes_the_engine(jupyter, 
         assert after["notes"][0] == "LabelSmoothing off"
         preview = page.inner_text(".cl-order-preview")
         assert "SelectiveBackprop" in preview and "LabelSmoothing" not in preview
+        assert page.evaluate(_CUT_PLACEHOLDERS) == [], "every placeholder fits its field"
+        lab, dropdown = (page.locator(s).bounding_box() for s in (".cl-lab", ".cl-preview-event"))
+        assert dropdown["x"] + dropdown["width"] <= lab["x"] + lab["width"], "the event dropdown stays in the lab"
         shot = tmp_path / "lab.png"
         page.screenshot(path=str(shot), full_page=True)
         print(f"screenshot: {shot}")

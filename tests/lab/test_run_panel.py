@@ -150,6 +150,7 @@ def test_the_conflict_table_follows_pass_toggles():
     lab.control.set_pass_enabled("set_filo_order", False)
     assert list(lab.conflicts.conflicts["pass"]) == ["sort_selective_backprop_first"]
     assert "sort_selective_backprop_first" in lab.conflicts.table.value
+    assert "padding:2px 10px" in lab.conflicts.table.value, "the table's cells are padded"
 
 
 def test_interrupting_the_kernel_stops_a_panel_run_at_the_next_batch():
