@@ -26,12 +26,13 @@ from composer_lab.algorithms.surgery_algorithm import SurgeryAlgorithm
 from composer_lab.core.event import Event
 from composer_lab.core.logger import Logger
 from composer_lab.core.state import State
-from composer_lab.models.gpt import CausalSelfAttention
 
 __all__ = ["Alibi", "apply_alibi", "alibi_slopes", "alibi_bias", "alibi_attention", "gpt2_alibi_attention",
            "gpt2_alibi_mask", "scale_sequence_length"]
 
 SLOPES_BUFFER = "alibi_slopes"
+DEFAULT_ATTENTION = "CausalSelfAttention"
+"""The class name of the attention modules ``attention_module=None`` stands for (TinyGPT's)."""
 
 
 def alibi_slopes(n_heads: int) -> torch.Tensor:
@@ -112,24 +113,32 @@ def _position_embedding(model: nn.Module, attribute: str) -> nn.Embedding:
     return embedding
 
 
-def _attention_modules(model: nn.Module, attention_module: type, attr_to_replace: str) -> list[tuple[str, nn.Module]]:
+def _attention_modules(model: nn.Module, attention_module: Optional[type],
+                       attr_to_replace: str) -> list[tuple[str, nn.Module]]:
     """The ``(name, module)`` pairs of ``model`` that are ``attention_module`` instances with a
-    method ``attr_to_replace``."""
-    if not isinstance(attention_module, type):
+    method ``attr_to_replace``; None: modules of the class named ``CausalSelfAttention``
+    (TinyGPT's), found by name because algorithms import only the core, not the models."""
+    if attention_module is None:
+        wanted = DEFAULT_ATTENTION
+        found = [(name, m) for name, m in model.named_modules() if type(m).__name__ == wanted]
+    elif isinstance(attention_module, type):
+        wanted = attention_module.__name__
+        found = [(name, m) for name, m in model.named_modules() if isinstance(m, attention_module)]
+    else:
         raise TypeError(f"attention_module must be the class of the model's attention layers (e.g. "
                         f"CausalSelfAttention), got {type(attention_module).__name__} {attention_module!r}; "
                         f"pass the class itself, not its name")
-    found = [(name, m) for name, m in model.named_modules() if isinstance(m, attention_module)]
     if not found:
         classes = [type(m).__name__ for m in model.modules()]
-        raise ValueError(f"apply_alibi looked for {attention_module.__name__} modules (attention_module) in "
+        raise ValueError(f"apply_alibi looked for {wanted} modules (attention_module) in "
                          f"{type(model).__name__} and found none; its module classes are: {_names(classes)}. "
                          f"Pass attention_module= the class of its attention layers")
     if not callable(getattr(found[0][1], attr_to_replace, None)):
-        methods = [n for n in dir(attention_module) if callable(getattr(attention_module, n, None))
+        cls = type(found[0][1])
+        methods = [n for n in dir(cls) if callable(getattr(cls, n, None))
                    and not hasattr(nn.Module, n) and not n.startswith("__")]
         raise ValueError(f"apply_alibi looked for the method {attr_to_replace!r} (attr_to_replace) of "
-                         f"{attention_module.__name__} to replace with alibi_attention, and it has none; its "
+                         f"{wanted} to replace with alibi_attention, and it has none; its "
                          f"methods are: {_names(methods)}. Pass attr_to_replace= the method that computes "
                          f"attention from queries, keys and values")
     return found
@@ -166,7 +175,7 @@ def _zero_and_freeze(embedding: nn.Embedding, length: int) -> None:
 
 def apply_alibi(model: nn.Module, heads_per_layer: Optional[int], max_sequence_length: int,
                 position_embedding_attribute: str = "position_embedding",
-                attention_module: type = CausalSelfAttention, attr_to_replace: str = "_attn",
+                attention_module: Optional[type] = None, attr_to_replace: str = "_attn",
                 alibi_attention: Callable[..., Any] = alibi_attention,
                 mask_replacement_function: Optional[Callable[[nn.Module, int], nn.Module]] = None) -> list[str]:
     """Give ``model`` ALiBi in place; returns the names of the modules changed: the position
@@ -175,6 +184,7 @@ def apply_alibi(model: nn.Module, heads_per_layer: Optional[int], max_sequence_l
     ``mask_replacement_function(module, max_sequence_length)`` when given; a module it returns
     in place of the one it got takes that one's place).
 
+    ``attention_module`` None finds TinyGPT's ``CausalSelfAttention`` by its class name.
     ``heads_per_layer`` None reads it from the attention modules' ``n_heads`` / ``num_heads``.
     Everything is checked before anything changes.
     """
@@ -222,7 +232,7 @@ class Alibi(SurgeryAlgorithm):
 
     def __init__(self, max_sequence_length: int = 8192, heads_per_layer: Optional[int] = None,
                  position_embedding_attribute: str = "position_embedding",
-                 attention_module: type = CausalSelfAttention, attr_to_replace: str = "_attn",
+                 attention_module: Optional[type] = None, attr_to_replace: str = "_attn",
                  alibi_attention: Callable[..., Any] = alibi_attention,
                  mask_replacement_function: Optional[Callable[[nn.Module, int], nn.Module]] = None,
                  train_sequence_length_scaling: float = 0.25) -> None:

@@ -218,13 +218,19 @@ class Trace:
             raise ValueError(f"{folder} holds a trace saved by an older composer_lab (format "
                              f"{info.get('format', 1)!r}, not {TRACE_FORMAT!r}: 'changed' as text); run it again "
                              f"and save it with this version")
-        trace = cls(info["level"])
-        trace.meta = info.get("meta", {})
         # Parquet keeps dtypes, except the categories of empty columns: restore them.
-        trace._loaded = {name: read_parquet(folder / f"{name}.parquet").astype(dtypes)
-                         for name, dtypes in _DTYPES.items()}
-        invocations = trace._loaded["invocations"]
-        invocations["name"] = invocations["name"].astype(pd.CategoricalDtype(info["names"]))
+        frames = {name: read_parquet(folder / f"{name}.parquet").astype(dtypes) for name, dtypes in _DTYPES.items()}
+        frames["invocations"]["name"] = frames["invocations"]["name"].astype(pd.CategoricalDtype(info["names"]))
+        trace = cls.from_frames(info["level"], **frames)
+        trace.meta = info.get("meta", {})
+        return trace
+
+    @classmethod
+    def from_frames(cls, level: str = "all", **frames: pd.DataFrame) -> "Trace":
+        """A trace that reads the frames given (``events``, ``invocations``, ``notes``; a missing
+        one is empty) instead of recording: a loaded trace, or frames handed to the lab."""
+        trace = cls(level)
+        trace._loaded = {**{name: getattr(trace, name) for name in _DTYPES}, **frames}
         return trace
 
     def __repr__(self) -> str:

@@ -1,20 +1,20 @@
 """What the plots read: one run's trace and metrics, from a trainer, a run, a folder or frames.
 
-:func:`run_data` turns any of those into a :class:`RunData`, so each plot function accepts
-them all and is written once.
+:func:`run_data` turns any of those into a :class:`~composer_lab.trainer.run.Run`, the one type
+the lab reads runs through, so each plot function accepts them all and is written once.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
 import pandas as pd
 
 from composer_lab.core.engine import Engine
-from composer_lab.core.logger import METRIC_COLUMNS
+from composer_lab.core.logger import METRIC_COLUMNS, Logger
 from composer_lab.core.state import State
 from composer_lab.core.time import Time, TimeUnit
 from composer_lab.core.trace import EVENT_COLUMNS, INVOCATION_COLUMNS, NOTE_COLUMNS, Trace
@@ -23,35 +23,13 @@ from composer_lab.trainer.run import Run
 
 __all__ = ["RunData", "run_data"]
 
+RunData = Run
+"""The lab's name for :class:`~composer_lab.trainer.run.Run` (the same type, not a copy)."""
+
 _FRAMES = {"events": EVENT_COLUMNS, "invocations": INVOCATION_COLUMNS, "notes": NOTE_COLUMNS,
            "metrics": METRIC_COLUMNS}
 _ACCEPTED = ("a Trainer, a Run, a saved run folder, a Trace, a trace or metrics DataFrame, or a dict "
              "of them ({'events': ..., 'invocations': ..., 'notes': ..., 'metrics': ...})")
-
-
-def _empty(kind: str) -> pd.DataFrame:
-    return pd.DataFrame({c: [] for c in _FRAMES[kind]})
-
-
-@dataclass
-class RunData:
-    """One run's frames (missing ones are empty), its name, and what is known of its setup:
-    ``algorithms`` (live objects, from a trainer) and ``total_batches`` (the run's length)."""
-
-    name: str = "run"
-    events: pd.DataFrame = field(default_factory=lambda: _empty("events"))
-    invocations: pd.DataFrame = field(default_factory=lambda: _empty("invocations"))
-    notes: pd.DataFrame = field(default_factory=lambda: _empty("notes"))
-    metrics: pd.DataFrame = field(default_factory=lambda: _empty("metrics"))
-    config: dict = field(default_factory=dict)
-    algorithms: list = field(default_factory=list)
-    total_batches: Optional[int] = None
-
-    def metric(self, name: str, phase: Optional[str] = None) -> pd.Series:
-        """The values of metric ``name`` by batch (the mean where a batch logged several)."""
-        m = self.metrics
-        rows = m[m["name"] == name] if phase is None else m[(m["name"] == name) & (m["phase"] == phase)]
-        return rows.groupby("batch", sort=True)["value"].mean()
 
 
 def _saved_length(config: Mapping, events: pd.DataFrame) -> Optional[int]:
@@ -64,52 +42,50 @@ def _saved_length(config: Mapping, events: pd.DataFrame) -> Optional[int]:
     return int(steps.sum()) or None
 
 
-def _from_trace(trace: Trace, **extra: Any) -> RunData:
-    return RunData(events=trace.events, invocations=trace.invocations, notes=trace.notes, **extra)
+def _from_frames(frames: Mapping[str, pd.DataFrame], name: str = "run") -> Run:
+    """A run of the frames given (missing ones empty), with no config."""
+    metrics = frames.get("metrics", Logger().metrics)
+    trace = Trace.from_frames(**{kind: frame for kind, frame in frames.items() if kind != "metrics"})
+    return Run(name, {}, trace, metrics)
 
 
-def _from_frame(frame: pd.DataFrame, name: str) -> RunData:
+def _from_frame(frame: pd.DataFrame, name: str) -> Run:
     for kind, columns in _FRAMES.items():
         if set(columns) <= set(frame.columns):
-            return RunData(name=name, **{kind: frame})
+            return _from_frames({kind: frame}, name)
     raise ValueError(f"cannot tell what this DataFrame is: its columns {list(frame.columns)} are not those "
                      f"of trace.events, trace.invocations, trace.notes or trainer.metrics")
 
 
-def _from_folder(folder: Path) -> RunData:
-    return run_data(Run.load(folder))
-
-
-def run_data(source: Any, name: Optional[str] = None) -> RunData:
+def run_data(source: Any, name: Optional[str] = None) -> Run:
     """Read a run from ``source``: a Trainer (``.state``, ``.trace``, ``.metrics``) or an
-    Engine, a Run
-    (``.name``, ``.config``, ``.trace``, ``.metrics``), a saved run folder, a Trace, a
-    DataFrame (told apart by its columns) or a dict of frames. ``name`` overrides its name."""
-    if isinstance(source, RunData):
-        data = source
-    elif isinstance(source, (str, os.PathLike)):
+    Engine, a Run, a saved run folder, a Trace, a DataFrame (told apart by its columns) or a
+    dict of frames. ``name`` overrides its name. A run's ``total_batches``, unless a live
+    trainer gives it, is read from its config's max_duration, else from its trace."""
+    if isinstance(getattr(source, "state", None), State) and isinstance(getattr(source, "trace", None), Trace):
+        state = source.state
+        metrics = source.logger.metrics if isinstance(source, Engine) else source.metrics
+        data = Run(state.run_name, {}, source.trace, metrics, algorithms=list(state.algorithms),
+                   total_batches=total_batches(state))
+        return data if name is None else replace(data, name=name)
+    if isinstance(source, (str, os.PathLike)):
         folder = Path(source)
         if not folder.is_dir():
             raise ValueError(f"{folder} is not a folder; give a folder written by Run.save(folder)")
-        data = _from_folder(folder)
+        data = Run.load(folder)
+    elif isinstance(source, Run):
+        data = source
     elif isinstance(source, Trace):
-        data = _from_trace(source)
+        data = Run("run", {}, source, Logger().metrics)
     elif isinstance(source, pd.DataFrame):
         data = _from_frame(source, name or "run")
     elif isinstance(source, Mapping):
         unknown = set(source) - set(_FRAMES)
         if unknown:
             raise ValueError(f"unknown frames {sorted(unknown)}; a dict of frames uses the keys {list(_FRAMES)}")
-        data = RunData(**dict(source))
-    elif isinstance(getattr(source, "state", None), State) and isinstance(getattr(source, "trace", None), Trace):
-        state = source.state
-        metrics = source.logger.metrics if isinstance(source, Engine) else source.metrics
-        data = _from_trace(source.trace, name=state.run_name, metrics=metrics,
-                           algorithms=list(state.algorithms), total_batches=total_batches(state))
-    elif isinstance(source, Run):
-        config = dict(source.config)
-        data = _from_trace(source.trace, name=source.name, metrics=source.metrics, config=config)
-        data.total_batches = _saved_length(config, data.events)
+        data = _from_frames(source)
     else:
         raise TypeError(f"cannot read a run from {type(source).__name__}; give {_ACCEPTED}")
+    if data.total_batches is None:
+        data = replace(data, total_batches=_saved_length(data.config, data.events))
     return data if name is None else replace(data, name=name)

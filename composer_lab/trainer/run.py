@@ -30,13 +30,38 @@ RUN_FORMAT = "composer_lab.run/1"
 @dataclass
 class Run:
     """One run: its ``name``, ``config`` (JSON-ready settings), ``trace`` and ``metrics``;
-    ``rank_traces`` holds every rank's trace frames for a run trained under torchrun."""
+    ``rank_traces`` holds every rank's trace frames for a run trained under torchrun.
+
+    The lab reads every run through this type (:func:`~composer_lab.lab.sources.run_data`),
+    which also fills in what it knows of the setup: ``algorithms`` (live objects, from a
+    trainer) and ``total_batches`` (the run's length)."""
 
     name: str
     config: dict[str, Any]
     trace: Trace
     metrics: pd.DataFrame = field(repr=False)
     rank_traces: Optional[dict[str, pd.DataFrame]] = field(default=None, repr=False)
+    algorithms: list = field(default_factory=list, repr=False)
+    total_batches: Optional[int] = None
+
+    @property
+    def events(self) -> pd.DataFrame:
+        """The trace's events (likewise :attr:`invocations` and :attr:`notes`)."""
+        return self.trace.events
+
+    @property
+    def invocations(self) -> pd.DataFrame:
+        return self.trace.invocations
+
+    @property
+    def notes(self) -> pd.DataFrame:
+        return self.trace.notes
+
+    def metric(self, name: str, phase: Optional[str] = None) -> pd.Series:
+        """The values of metric ``name`` by batch (the mean where a batch logged several)."""
+        m = self.metrics
+        rows = m[m["name"] == name] if phase is None else m[(m["name"] == name) & (m["phase"] == phase)]
+        return rows.groupby("batch", sort=True)["value"].mean()
 
     def save(self, folder: Union[str, os.PathLike], overwrite: bool = False) -> Path:
         """Write the run to ``folder``; a folder that holds another run (or other files) is
