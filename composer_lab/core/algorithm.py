@@ -87,24 +87,42 @@ class Algorithm(ABC):
         """Change ``state`` in place; the optional exit code goes into the trace."""
 
     def __repr__(self) -> str:
-        params = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
+        params = ", ".join(f"{k}={_qualified_name(v) or repr(v)}"
+                           for k, v in vars(self).items() if not k.startswith("_"))
         return f"{type(self).__name__}({params})"
+
+
+def _qualified_name(value: Any) -> Optional[str]:
+    """A function's or class's ``module.qualname`` (what stays the same from one process to the
+    next, unlike its repr's address); None for anything else."""
+    if callable(value) and hasattr(value, "__qualname__") and hasattr(value, "__module__"):
+        return f"{value.__module__}.{value.__qualname__}"
+    return None
 
 
 def hyperparameters(algorithm: Algorithm) -> dict[str, Any]:
     """The hyperparameters of ``algorithm``: its constructor's arguments that are plain scalar
     (JSON) attributes of the instance (``SelectiveBackprop``: start, end, keep, ...)."""
-    try:
-        params = inspect.signature(type(algorithm)).parameters
-    except (TypeError, ValueError):
-        return {}
-    return {name: getattr(algorithm, name) for name in params
+    return {name: getattr(algorithm, name) for name in _arguments(algorithm)
             if isinstance(getattr(algorithm, name, None), _JSON_SCALARS)}
+
+
+def _arguments(algorithm: Algorithm) -> list[str]:
+    """The names of ``algorithm``'s constructor arguments."""
+    try:
+        return list(inspect.signature(type(algorithm)).parameters)
+    except (TypeError, ValueError):
+        return []
 
 
 def describe(algorithm: Algorithm) -> dict[str, Any]:
     """``{'class': name, 'hparams': {...}}``: what a run's config and a checkpoint keep of an
-    algorithm, as JSON data (plots read the schedule back from it)."""
+    algorithm, as JSON data (plots read the schedule back from it): its hyperparameters, an
+    Event as its value, and its function or class arguments by qualified name."""
     hparams = {name: value.value if isinstance(value, Enum) else value  # an Event as its name: plain JSON
                for name, value in hyperparameters(algorithm).items()}
+    for name in _arguments(algorithm):
+        qualified = _qualified_name(getattr(algorithm, name, None))
+        if qualified is not None:
+            hparams[name] = qualified
     return {"class": type(algorithm).__name__, "hparams": hparams}

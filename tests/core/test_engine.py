@@ -3,6 +3,7 @@
 import pytest
 
 from composer_lab.core import Algorithm, Callback, Engine, Event, set_filo_order, sort_to_back
+from composer_lab.core.algorithm import describe, hyperparameters
 from composer_lab.core.callback import listened_events
 from composer_lab.core.engine import AlgorithmTrace
 
@@ -357,3 +358,27 @@ def test_close_closes_the_others_when_one_raises(state):
     with pytest.raises(OSError, match="a cannot close"):
         Engine(state).close()
     assert log == ["close a", "close b", "post_close b"]
+
+
+# -- hyperparameters as data --------------------------------------------------------------------
+def scaled_attention(query, key, value):
+    return value
+
+
+class TakesFunctions(Algorithm):
+    events = frozenset({Event.AFTER_LOSS})
+
+    def __init__(self, attention=scaled_attention, module=Algorithm, rate=0.5, event=Event.AFTER_LOSS):
+        self.attention, self.module, self.rate, self.event = attention, module, rate, event
+
+    def apply(self, event, state, logger):
+        return None
+
+
+def test_a_function_or_class_argument_is_kept_by_qualified_name_never_its_address():
+    algorithm = TakesFunctions()
+    assert describe(algorithm) == {"class": "TakesFunctions", "hparams": {
+        "rate": 0.5, "event": "after_loss", "attention": f"{__name__}.scaled_attention",
+        "module": "composer_lab.core.algorithm.Algorithm"}}
+    assert hyperparameters(algorithm) == {"rate": 0.5, "event": Event.AFTER_LOSS}  # what the panels edit
+    assert " at 0x" not in repr(algorithm) and f"attention={__name__}.scaled_attention" in repr(algorithm)
