@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from contextlib import contextmanager
 from functools import cached_property
 from typing import Any, Callable, Iterator, NamedTuple, Optional, Sequence, Union
@@ -85,16 +85,26 @@ class Engine:
         self.trace = trace if isinstance(trace, Trace) else Trace(trace)
         self.passes = DEFAULT_PASSES
         self._callback_events: dict[int, tuple[Callback, frozenset]] = {}
-        self._listed: Any = None
-        self._listed_version = -1
+        self._listed: list = []  # a copy of the algorithms list last seen, to notice any change
         self._listed_names: tuple[str, ...] = ()
         self._listening: dict[Event, list] = {}
         self._watcher = FieldWatcher(state)
-        self._closed = False
+        self.closed = False
+        """Whether :meth:`close` ran: the engine then runs no more events."""
         self.event: Optional[Event] = None
         """The event being run, or the last one run."""
-        for p, index in _pass_specs(algorithm_passes):
-            self.register_pass(p, index)
+        if algorithm_passes is None:
+            algorithm_passes = []
+        elif not isinstance(algorithm_passes, (list, tuple)) or _is_indexed(algorithm_passes):
+            algorithm_passes = [algorithm_passes]  # one pass: f or (f, index)
+        for spec in algorithm_passes:
+            if callable(spec):
+                self.register_pass(spec)
+            elif _is_indexed(spec):
+                self.register_pass(*spec)
+            else:
+                raise TypeError(f"algorithm_passes: cannot read {spec!r}; give a pass function f (the function, "
+                                f"not its name), or (f, index) to insert it at a position, or a list of those")
 
     # -- passes -------------------------------------------------------------------------------
     @property
@@ -178,7 +188,7 @@ class Engine:
         the :class:`Traces` of the algorithms that ran (``{}`` if none)."""
         if type(event) is not Event:
             event = Event(event)
-        if self._closed:
+        if self.closed:
             raise RuntimeError(f"the engine was closed, so it cannot run {event.value}; build a new Trainer "
                                f"(or Engine) to train again")
         state, trace = self.state, self.trace
@@ -193,7 +203,7 @@ class Engine:
                 self._run_callbacks(event, seq)  # on INIT, callbacks first
             algorithms = state.algorithms
             if algorithms:
-                if algorithms is not self._listed or algorithms.version != self._listed_version:
+                if algorithms != self._listed:  # (compared item by item, by identity first)
                     self._list_algorithms(algorithms)  # a new list, or this one edited in place
                 matched = []
                 for algorithm in self._listening[event]:  # a loop, not a comprehension: no frame when none listen
@@ -221,18 +231,18 @@ class Engine:
         ``events`` admit it (the only ones asked ``match`` there)."""
         self._listed_names = tuple([self.trace.label(algo) for algo in algorithms])
         self._listening = {event: [a for a in algorithms if listens(a, event)] for event in Event}
-        self._listed, self._listed_version = algorithms, algorithms.version
+        self._listed = list(algorithms)
 
     def _run_callbacks(self, event: Event, seq: int) -> None:
-        callbacks = [cb for cb in self.state.callbacks if event in self._events_of(cb)]
+        callbacks = []
+        for cb in self.state.callbacks:
+            entry = self._callback_events.get(id(cb))  # (callback, the events it listens to)
+            if entry is None or entry[0] is not cb:
+                entry = self._callback_events[id(cb)] = (cb, listened_events(cb))
+            if event in entry[1]:
+                callbacks.append(cb)
         if callbacks:
             self._invoke_all(callbacks, "callback", "run_event", event, seq)
-
-    def _events_of(self, cb: Callback) -> frozenset:
-        entry = self._callback_events.get(id(cb))
-        if entry is None or entry[0] is not cb:
-            entry = self._callback_events[id(cb)] = (cb, listened_events(cb))
-        return entry[1]
 
     def _invoke_all(self, objs: Sequence[Any], kind: str, method: str, event: Event, seq: int) -> list:
         """Call ``method`` of each of ``objs`` in order and return what each returned; with the
@@ -265,18 +275,13 @@ class Engine:
         return codes
 
     # -- lifecycle ----------------------------------------------------------------------------
-    @property
-    def closed(self) -> bool:
-        """Whether :meth:`close` ran: the engine then runs no more events."""
-        return self._closed
-
     def close(self) -> None:
         """Shut the engine down, as Composer does: each callback's ``close(state, logger)``, then
         ``post_close()`` of each whose ``close`` did not raise. Every callback is closed even if
         one raises; the first error is raised after. A second call does nothing."""
-        if self._closed:
+        if self.closed:
             return
-        self._closed = True
+        self.closed = True
         errors, closed = [], []
         for cb in self.state.callbacks:
             try:
@@ -291,23 +296,6 @@ class Engine:
                 errors.append(err)
         if errors:
             raise errors[0]
-
-
-def _pass_specs(spec: Optional[PassSpec]) -> list[tuple[AlgorithmPass, int]]:
-    """Normalise ``f``, ``[f]``, ``(f, i)`` and ``[(f, i), g]`` to ``[(f, index)]``."""
-    if spec is None:
-        return []
-    single = callable(spec) or _is_indexed(spec) or isinstance(spec, str) or not isinstance(spec, Iterable)
-    out = []
-    for item in [spec] if single else spec:
-        if callable(item):
-            out.append((item, -1))
-        elif _is_indexed(item):
-            out.append((item[0], item[1]))
-        else:
-            raise TypeError(f"algorithm_passes: cannot read {item!r}; give a pass function f (the function, "
-                            f"not its name), or (f, index) to insert it at a position, or a list of those")
-    return out
 
 
 def _is_indexed(item: Any) -> bool:

@@ -10,7 +10,7 @@ import torch
 
 from composer_lab.core.time import Time, Timestamp, TimeUnit, ensure_time
 
-__all__ = ["AlgorithmList", "State"]
+__all__ = ["State"]
 
 # Keys that dict batches use for what tuple batches hold at positions 0 and 1.
 _DICT_KEYS = {0: "input", 1: "target"}
@@ -18,33 +18,6 @@ _DICT_KEYS = {0: "input", 1: "target"}
 
 _AUTOCAST_DTYPES = {"amp_bf16": torch.bfloat16, "amp_fp16": torch.float16}
 _NO_AUTOCAST = contextlib.nullcontext()  # reusable: entered twice a step in fp32
-
-
-class AlgorithmList(list):
-    """The list in ``State.algorithms``: a list that counts its changes in ``version``, so the
-    engine notices an in-place edit (a swap, a reorder, an append) at the next event with one
-    integer comparison instead of comparing the items every event."""
-
-    version = 0
-
-
-def _counting(name: str) -> Any:
-    """``list.<name>``, then one more change counted in the list's ``version``."""
-    method = getattr(list, name)
-
-    def mutate(self: AlgorithmList, *args: Any, **kwargs: Any) -> Any:
-        result = method(self, *args, **kwargs)
-        self.version += 1
-        return result
-
-    mutate.__name__ = mutate.__qualname__ = name
-    mutate.__doc__ = method.__doc__
-    return mutate
-
-
-for _name in ("append", "extend", "insert", "remove", "pop", "clear", "sort", "reverse", "__setitem__",
-              "__delitem__", "__iadd__", "__imul__"):
-    setattr(AlgorithmList, _name, _counting(_name))
 
 
 def _as_list(value: Any) -> list:
@@ -74,8 +47,7 @@ class State:
     index of the microbatch being processed (None outside the microbatch loop).
 
     ``algorithms`` may change at any point of a run, by assigning a list (as the lab's panels
-    do) or by editing it in place (it is an :class:`AlgorithmList`, which counts its changes):
-    the engine runs the new list from the next event on.
+    do) or by editing it in place: the engine runs the new list from the next event on.
     """
 
     def __init__(self, model: torch.nn.Module, max_duration: Union[str, Time] = "1ep", *,
@@ -104,13 +76,13 @@ class State:
         self._generators: dict[torch.device, torch.Generator] = {}
 
     @property
-    def algorithms(self) -> AlgorithmList:
+    def algorithms(self) -> list:
         """The algorithms the engine runs, in list order (the passes then order each event's)."""
         return self._algorithms
 
     @algorithms.setter
     def algorithms(self, algorithms: Sequence[Any]) -> None:
-        self._algorithms = AlgorithmList(algorithms)
+        self._algorithms = list(algorithms)  # a list of its own: the engine compares it with its copy
 
     # -- duration -------------------------------------------------------------------------
     @property

@@ -126,13 +126,11 @@ class Time:
         return other
 
     def __eq__(self, other: Any) -> bool:
-        if isinstance(other, Time) and other.unit is not self.unit:
-            return False  # (Composer raises here; == across units is simply False)
         if not isinstance(other, (Time, str, int, float)):
             return NotImplemented
         try:
             return self.value == self._same_unit(other, "compare").value
-        except (TypeError, ValueError):  # a string that is no time, or one in another unit
+        except (TypeError, ValueError):  # not a time, or another unit (Composer raises; here simply not equal)
             return False
 
     def __lt__(self, other: Any) -> bool:
@@ -142,10 +140,10 @@ class Time:
         return self.value > self._same_unit(other, "compare").value
 
     def __le__(self, other: Any) -> bool:
-        return not self > other
+        return self.value <= self._same_unit(other, "compare").value
 
     def __ge__(self, other: Any) -> bool:
-        return not self < other
+        return self.value >= self._same_unit(other, "compare").value
 
     def __add__(self, other: Any) -> "Time":
         return Time(self.value + self._same_unit(other, "add").value, self.unit)
