@@ -43,7 +43,7 @@ class AlgorithmPanel(widgets.VBox):
         self.fields: dict[str, dict[str, widgets.Widget]] = {}
         self.status = widgets.HTML()
         self.rows = {name: self._row(algorithm, name) for algorithm, name in zip(control.algorithms, control.names)}
-        self.title = widgets.HTML("<b>Algorithms</b> (&uarr;&darr;: their order in the list)")
+        self.title = widgets.HTML("<b>Algorithms</b>")  # (the arrows say what they do in their tooltips)
         super().__init__()
         self._place_rows()
         control.on_change(lambda kind: self._place_rows() if kind == "algorithm" else None)
