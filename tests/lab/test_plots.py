@@ -8,7 +8,7 @@ import pytest
 from matplotlib.figure import Figure
 
 from composer_lab.algorithms.selective_backprop import SelectiveBackprop
-from composer_lab.core import set_filo_order
+from composer_lab.core import Event, set_filo_order
 from composer_lab.lab import (Control, diff_runs, find_conflicts, plot_algorithm_events, plot_keep_ratio,
                               plot_loss, plot_runs, plot_timeline, run_data)
 from composer_lab.lab.conflicts import ConflictView
@@ -124,6 +124,10 @@ def test_plot_algorithm_events_counts_calls_per_event(trained):
         assert table[names.index(name), events.index(event)] == count
     assert table[names.index("Smooth"), events.index("before_loss")] == 12
     assert fig.axes[1].get_title() == "total time (ms)"
+    assert events == [e.value for e in Event if e.value in events], "events in the order the loop fires them"
+    assert events.index("before_loss") < events.index("after_loss")
+    colours = {t.get_text(): t.get_color() for t in calls_ax.texts}
+    assert colours["12"] == "white" and colours["0"] == "black", "text colour by the cell's value"
 
 
 def test_diff_runs_finds_moved_and_vanished_calls(trained, other):
@@ -201,3 +205,15 @@ def test_the_labs_own_callback_is_marked_and_left_out_of_diffs_and_timelines():
     assert (diff_runs(*runs, internal=True)["status"] == "appeared").sum() > 0
     lanes = [t.get_text() for t in plot_timeline(runs[1], steps=[1]).axes[0].get_yticklabels()]
     assert "lab.RunMonitor" not in lanes and "Mix" in lanes
+
+
+def test_the_live_plot_updates_its_lines_in_place():
+    from composer_lab.lab.run_panel import LivePlot
+    trainer = make_trainer([Mix()], max_duration="4ba")
+    plot = LivePlot()
+    trainer.fit("2ba")
+    first = plot.draw(trainer)
+    figure, line = plot.figure, plot._lines["train"]
+    trainer.fit("2ba")
+    assert plot.draw(trainer) != first and plot.figure is figure and plot._lines["train"] is line
+    assert list(line.get_xdata()) == [0, 1, 2, 3]

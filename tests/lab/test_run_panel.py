@@ -179,3 +179,21 @@ def test_redraws_keep_within_their_share_of_the_time():
     budget.spent(started)
     assert not budget.due() and budget.next_at - started >= 11.0  # it waits ten times as long
     assert not RedrawBudget(0.1, first_after=60.0).due(), "the first drawing waits"
+
+
+def test_interrupting_a_cell_that_awaits_the_run_stops_the_run():
+    trainer = make_trainer([], max_duration="400ba")
+    panel = RunPanel(trainer)
+    handle = panel.start(pause_at=2)
+    assert handle.wait_paused(timeout=30)
+
+    async def cell():
+        waiting = asyncio.ensure_future(_await(handle))
+        await asyncio.sleep(0.1)
+        waiting.cancel()  # what ipykernel does to an awaiting cell on the kernel's interrupt
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+
+    asyncio.run(cell())
+    handle.wait(timeout=30)
+    assert handle.interrupted and trainer.state.timestamp.batch == 2
