@@ -201,7 +201,7 @@ class Trainer:
 
         Works from any thread; a trainer runs one fit at a time: a second call while one is
         under way (another thread, the lab's run panel, a callback) raises RuntimeError."""
-        state, run = self.state, self.engine.run_event
+        state = self.state
         if not self._fit_lock.acquire(blocking=False):
             raise RuntimeError(f"run {state.run_name!r} is already training ({self._live_fit}); one trainer "
                                f"trains in one place at a time: wait for that fit to end, or stop it (the lab's "

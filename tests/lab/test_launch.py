@@ -6,7 +6,6 @@ import sys
 import tomllib
 from pathlib import Path
 
-import pytest
 
 from composer_lab.cli import main
 from composer_lab.lab.launch import bundled_notebooks

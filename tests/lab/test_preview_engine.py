@@ -7,7 +7,6 @@ import warnings
 import pytest
 
 from composer_lab.algorithms import ALGORITHMS, LabelSmoothing
-from composer_lab.core.event import Event
 from composer_lab.lab import Control, OrderPreview
 from tests.trainer.test_resume import _trainer
 
