@@ -208,7 +208,7 @@ def test_the_labs_own_callback_is_marked_and_left_out_of_diffs_and_timelines():
 
 
 def test_the_live_plot_updates_its_lines_in_place():
-    from composer_lab.lab.run_panel import LivePlot
+    from composer_lab.lab.live_plot import LivePlot
     trainer = make_trainer([Mix()], max_duration="4ba")
     plot = LivePlot()
     trainer.fit("2ba")

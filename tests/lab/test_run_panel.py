@@ -12,7 +12,8 @@ from composer_lab.lab.algorithms_panel import AlgorithmPanel
 from composer_lab.lab.control import Control
 from composer_lab.lab.pass_editor import PassEditor
 from composer_lab.lab import Lab
-from composer_lab.lab.run_panel import RedrawBudget, RunPanel
+from composer_lab.lab.live_plot import RedrawBudget
+from composer_lab.lab.run_panel import RunPanel
 from conftest import Fail, Mix, Pick, Smooth, make_trainer
 
 
