@@ -56,7 +56,7 @@ def draw_notes(ax: Axes, run: RunData, color: str, strip: bool = True) -> list[A
     if strip and len(notes):
         lines = [f"{number} (batch {int(batch)}): {textwrap.shorten(str(text), 70)}"
                  for number, (batch, text) in enumerate(zip(notes["batch"], notes["text"]), start=1)]
-        artists.append(ax.annotate("\n".join(lines), (0, 0), xycoords="axes fraction", xytext=(0, -28),
+        artists.append(ax.annotate("\n".join(lines), (0, 0), xycoords="axes fraction", xytext=(0, -36),
                                    textcoords="offset points", ha="left", va="top", fontsize=7, color=color))
     return artists
 
@@ -85,7 +85,7 @@ def plot_loss(*sources: Any, title: str = "Loss") -> Figure:
     fig = LabFigure(figsize=(7, 4), layout="constrained")
     ax = fig.add_subplot()
     draw_loss(ax, _runs(sources))
-    ax.set_title(title)
+    ax.set_title(title, pad=14)  # (room for the notes' numbers)
     return fig
 
 
@@ -141,7 +141,7 @@ def plot_keep_ratio(source: Any, metric: str = "sb/keep_ratio") -> Figure:
     fig = LabFigure(figsize=(7, 3), layout="constrained")
     ax = fig.add_subplot()
     draw_keep_ratio(ax, run, metric)
-    ax.set_title(f"{metric} ({run.name})")
+    ax.set_title(f"{metric} ({run.name})", pad=14)
     return fig
 
 
