@@ -143,11 +143,11 @@ def _learning_rates(optimizers: Any) -> list:
 class _Snapshot:
     """What :meth:`FieldWatcher.snapshot` saw of a State, without copies of any data.
 
-    ``batch``, ``outputs``, ``loss``, ``model``, ``optimizers``: the objects in those fields;
-    ``data``: the three data fields' :func:`_data_signature` (``held``: what keeps the ids in
-    them from being reused). When batch, outputs and loss are plain (see :func:`_plain_tensors`),
-    ``tensors`` lists their tensors and then the model's parameters, and ``versions`` their
-    versions: one pass over them tells any in-place write (else ``tensors`` is None).
+    ``batch``, ``outputs``, ``loss``, ``model``, ``optimizers``: the objects in those fields.
+    When batch, outputs and loss are plain (see :func:`_plain_tensors`), ``tensors`` lists their
+    tensors and then the model's parameters, and ``versions`` their versions: one pass over them
+    tells any in-place write. Otherwise ``tensors`` is None and ``data`` holds the three fields'
+    :func:`_data_signature` (``held``: what keeps the ids in them from being reused).
     ``walk``: the model walk it was taken under (structure version, ids, parameters, modules);
     ``param_versions``, ``trainable`` (the count of parameters that require grad),
     ``lrs``; ``hooks``: the hook counter it was taken under.
@@ -166,13 +166,30 @@ class _Snapshot:
     def see_data(self, batch: Any, outputs: Any, loss: Any) -> None:
         """Take batch, outputs and loss again (the rest of the snapshot still holds)."""
         self.batch, self.outputs, self.loss = batch, outputs, loss
-        self.data = (_data_signature(batch), _data_signature(outputs), _data_signature(loss))
-        self.held = (_held(batch), _held(outputs), _held(loss))
         data = _plain_tensors(batch, outputs, loss)
         if data is not None:
             self.tensors, self.versions = data + self.walk[2], tuple(map(_version, data)) + self.param_versions
+            self.data = self.held = None
         else:
             self.tensors, self.versions = None, ()
+            self.data = (_data_signature(batch), _data_signature(outputs), _data_signature(loss))
+            self.held = (_held(batch), _held(outputs), _held(loss))
+
+    def data_signatures(self) -> tuple:
+        """The signatures of batch, outputs and loss, each as :func:`_data_signature` gives it."""
+        if self.tensors is None:
+            return self.data
+        versions, signatures, start = self.versions, [], 0
+        for value in (self.batch, self.outputs, self.loss):
+            if value is None:
+                signatures.append(None)
+            elif type(value) is tuple:
+                signatures.append(versions[start:start + len(value)])
+                start += len(value)
+            else:
+                signatures.append(versions[start])
+                start += 1
+        return tuple(signatures)
 
 
 class FieldWatcher:
@@ -242,7 +259,8 @@ class FieldWatcher:
             return ()
         after = self.snapshot()
         names = [name for name, b, a, sb, sa in zip(TRACKED_FIELDS, (before.batch, before.outputs, before.loss),
-                                                     (after.batch, after.outputs, after.loss), before.data, after.data)
+                                                     (after.batch, after.outputs, after.loss),
+                                                     before.data_signatures(), after.data_signatures())
                  if b is not a or sb != sa]
         if (before.model is not after.model or before.walk[1] != after.walk[1]
                 or before.param_versions != after.param_versions or before.trainable != after.trainable):
