@@ -76,11 +76,6 @@ _DTYPES = {
 }
 
 
-def _asked(record: EventRecord) -> bool:
-    """Whether an event record holds the algorithms asked there (level 'all')."""
-    return record.asked is not None
-
-
 class Trace:
     """What happened in a run, in order. ``level`` is one of :data:`TRACE_LEVELS`."""
 
@@ -181,7 +176,7 @@ class Trace:
         ran = {(r.seq, r.name) for r in calls if r.kind == "algorithm"}
         rows += [((e.seq, 1, pos), e.seq, e.event, e.batch, name, cls[name], "algorithm", False, None, None, None,
                   (), None)
-                 for e in filter(_asked, self.event_records()) for pos, name in enumerate(e.asked)
+                 for e in self.event_records() for pos, name in enumerate(e.asked or ())
                  if (e.seq, name) not in ran]
         rows.sort(key=lambda r: r[0])
         df = pd.DataFrame.from_records([r[1:] for r in rows], columns=list(INVOCATION_COLUMNS))
@@ -236,7 +231,7 @@ class Trace:
     def __repr__(self) -> str:
         return (f"Trace(level={self.level!r}, events={len(self.event_rows)}, "
                 f"invocations={len(self.invocation_rows)}, unmatched_calls="
-                f"{sum(len(r.asked) for r in filter(_asked, self.event_records()))}, notes={len(self._notes)})")
+                f"{sum(len(r.asked or ()) for r in self.event_records())}, notes={len(self._notes)})")
 
 
 def write_parquet(frame: pd.DataFrame, target: Any) -> None:
