@@ -8,7 +8,7 @@ import pytest
 
 from composer_lab.algorithms import ALGORITHMS, LabelSmoothing
 from composer_lab.lab import Control, OrderPreview
-from tests.trainer.test_resume import _trainer
+from tests.trainer.every_algorithm import trainer_for
 
 STEP_EVENTS = ["after_dataloader", "batch_start", "before_train_batch", "before_forward", "after_forward",
                "before_loss", "after_loss", "before_backward", "after_backward", "after_train_batch", "batch_end"]
@@ -22,7 +22,7 @@ def _ran_at(trainer, batch):
 
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))
 def test_the_preview_draws_solid_what_runs_at_the_next_batch(name):
-    trainer = _trainer(name)
+    trainer = trainer_for(name)
     length = trainer.state.max_duration
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -35,7 +35,7 @@ def test_the_preview_draws_solid_what_runs_at_the_next_batch(name):
 
 
 def test_label_smoothing_is_solid_where_it_puts_the_targets_back():
-    trainer = _trainer("label_smoothing")
+    trainer = trainer_for("label_smoothing")
     assert isinstance(trainer.state.algorithms[0], LabelSmoothing)
     preview = OrderPreview(Control(trainer))
     assert preview.now["after_loss"] == {"LabelSmoothing"} and preview.now["before_loss"] == {"LabelSmoothing"}

@@ -5,104 +5,14 @@ from __future__ import annotations
 
 import warnings
 
-import pandas as pd
 import pytest
 import torch
-from torch import nn
 
 from composer_lab import Callback
 from composer_lab.algorithms import ALGORITHMS
-from composer_lab.models.gpt import TinyGPT, language_model_loss
 
+from tests.trainer.every_algorithm import trainer_for
 from tests.trainer.helpers import make_trainer
-
-
-class NoisyImages(torch.utils.data.Dataset):
-    """(3, 8, 8) images that draw fresh noise from torch's global generator in ``__getitem__``
-    (lazily, as the DataLoader reads them), with a ``transform`` RandAugment can join."""
-
-    transform = None
-
-    def __init__(self, n: int = 40) -> None:
-        gen = torch.Generator().manual_seed(0)
-        self.images = torch.rand(n, 3, 8, 8, generator=gen)
-        self.targets = torch.randint(0, 4, (n,), generator=gen)
-
-    def __len__(self) -> int:
-        return len(self.images)
-
-    def __getitem__(self, i: int):
-        image = (self.images[i] + 0.05 * torch.rand(3, 8, 8)).clamp(0, 1)
-        return (self.transform(image) if self.transform is not None else image), self.targets[i]
-
-
-class NoisyTokens(torch.utils.data.Dataset):
-    """Next-token windows of 8 tokens (of 16), one token of each replaced at random from torch's
-    global generator in ``__getitem__``."""
-
-    def __init__(self, n: int = 40) -> None:
-        self.tokens = torch.randint(0, 16, (n, 9), generator=torch.Generator().manual_seed(0))
-
-    def __len__(self) -> int:
-        return len(self.tokens)
-
-    def __getitem__(self, i: int):
-        window = self.tokens[i].clone()
-        window[torch.randint(0, 9, ())] = torch.randint(0, 16, ())
-        return window[:-1], window[1:]
-
-
-class Cnn(nn.Module):
-    """A strided conv (for BlurPool) with BatchNorm and dropout (drawing from the global
-    generator as it trains), on (N, 3, H, W) images of any size."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = nn.Conv2d(3, 8, 3, stride=2, padding=1)
-        self.bn = nn.BatchNorm2d(8)
-        self.dropout = nn.Dropout(0.1)
-        self.fc = nn.Linear(8, 4)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(self.dropout(torch.relu(self.bn(self.conv(x))).mean((2, 3))))
-
-
-class Transformer(nn.Module):
-    """A transformer layer and a LayerNorm (for GatedLinearUnits and FusedLayerNorm) on the images' values."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.1, batch_first=True)
-        self.norm = nn.LayerNorm(8)
-        self.head = nn.Linear(8, 4)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.norm(self.layer(x.reshape(x.shape[0], -1, 8))).mean(1))
-
-
-ACTIVE_FROM_THE_START = {"selective_backprop": dict(start=0.0, interrupt=0), "random_subset": dict(start=0.0),
-                         "layer_freezing": dict(freeze_start=0.0), "progressive_resizing": dict(size_increment=2),
-                         "blurpool": dict(min_channels=1)}
-
-
-def _trainer(name: str, num_workers: int = 0, **kwargs):
-    """A trainer for the algorithm ``name`` on a problem it applies to: a language model for
-    ALiBi, a transformer for GatedLinearUnits and FusedLayerNorm, a CNN for the others."""
-    torch.manual_seed(0)
-    data, loss_fn = NoisyImages(), nn.functional.cross_entropy
-    if name == "alibi":
-        data, loss_fn = NoisyTokens(), language_model_loss
-        model = TinyGPT(vocab_size=16, max_sequence_length=8, d_model=8, n_layers=1, n_heads=2, dropout=0.1)
-    elif name in ("gated_linear_units", "fused_layernorm"):
-        model = Transformer()
-    else:
-        model = Cnn()
-    train = torch.utils.data.DataLoader(data, batch_size=8, shuffle=True, num_workers=num_workers)
-    algorithm = ALGORITHMS[name](**ACTIVE_FROM_THE_START.get(name, {}))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # FusedLayerNorm warns without Apex
-        return make_trainer(model=model, train_dataloader=train, max_duration="2ep", seed=3, loss_fn=loss_fn,
-                            algorithms=[algorithm], **kwargs)
 
 
 def _fit(trainer) -> None:
@@ -127,9 +37,9 @@ def test_resume_mid_epoch_is_exact_when_the_data_draws_lazily(tmp_path, name, ch
     reading drew random numbers (in this process, or in worker processes): the data, and so
     the training, are the uninterrupted run's. In the second epoch, LayerFreezing has frozen
     layers at the first epoch's end, which the resumed run did not see."""
-    full = _trainer(name, num_workers, save_folder=tmp_path, save_interval="1ba")
+    full = trainer_for(name, num_workers, save_folder=tmp_path, save_interval="1ba")
     _fit(full)
-    resumed = _trainer(name, num_workers, load_path=tmp_path / checkpoint)
+    resumed = trainer_for(name, num_workers, load_path=tmp_path / checkpoint)
     _fit(resumed)
     assert resumed.state.timestamp == full.state.timestamp
     _assert_same_training(full, resumed)
@@ -147,9 +57,9 @@ class DrawsAtFitStart(Callback):
 def test_resume_restores_random_state_after_the_events_before_the_first_batch(tmp_path, checkpoint, interval):
     """The checkpoint's random state is restored where the saving run went on from it (mid-epoch
     and at an epoch's start), not at load, before AFTER_LOAD and FIT_START draw from it."""
-    full = _trainer("cutout", callbacks=[DrawsAtFitStart()], save_folder=tmp_path, save_interval=interval)
+    full = trainer_for("cutout", callbacks=[DrawsAtFitStart()], save_folder=tmp_path, save_interval=interval)
     _fit(full)
-    resumed = _trainer("cutout", callbacks=[DrawsAtFitStart()], load_path=tmp_path / checkpoint)
+    resumed = trainer_for("cutout", callbacks=[DrawsAtFitStart()], load_path=tmp_path / checkpoint)
     _fit(resumed)
     _assert_same_training(full, resumed)
 

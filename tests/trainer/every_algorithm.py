@@ -1,0 +1,102 @@
+"""A trainer for each algorithm of the collection, on a small problem it applies to, whose data
+draws random numbers as it is read (so resuming and previews are tested where they are hard)."""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+from torch import nn
+
+from composer_lab.algorithms import ALGORITHMS
+from composer_lab.models.gpt import TinyGPT, language_model_loss
+
+from tests.trainer.helpers import make_trainer
+
+
+class NoisyImages(torch.utils.data.Dataset):
+    """(3, 8, 8) images that draw fresh noise from torch's global generator in ``__getitem__``
+    (lazily, as the DataLoader reads them), with a ``transform`` RandAugment can join."""
+
+    transform = None
+
+    def __init__(self, n: int = 40) -> None:
+        gen = torch.Generator().manual_seed(0)
+        self.images = torch.rand(n, 3, 8, 8, generator=gen)
+        self.targets = torch.randint(0, 4, (n,), generator=gen)
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, i: int):
+        image = (self.images[i] + 0.05 * torch.rand(3, 8, 8)).clamp(0, 1)
+        return (self.transform(image) if self.transform is not None else image), self.targets[i]
+
+
+class NoisyTokens(torch.utils.data.Dataset):
+    """Next-token windows of 8 tokens (of 16), one token of each replaced at random from torch's
+    global generator in ``__getitem__``."""
+
+    def __init__(self, n: int = 40) -> None:
+        self.tokens = torch.randint(0, 16, (n, 9), generator=torch.Generator().manual_seed(0))
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def __getitem__(self, i: int):
+        window = self.tokens[i].clone()
+        window[torch.randint(0, 9, ())] = torch.randint(0, 16, ())
+        return window[:-1], window[1:]
+
+
+class Cnn(nn.Module):
+    """A strided conv (for BlurPool) with BatchNorm and dropout (drawing from the global
+    generator as it trains), on (N, 3, H, W) images of any size."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.dropout = nn.Dropout(0.1)
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.dropout(torch.relu(self.bn(self.conv(x))).mean((2, 3))))
+
+
+class Transformer(nn.Module):
+    """A transformer layer and a LayerNorm (for GatedLinearUnits and FusedLayerNorm) on the images' values."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.1, batch_first=True)
+        self.norm = nn.LayerNorm(8)
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.norm(self.layer(x.reshape(x.shape[0], -1, 8))).mean(1))
+
+
+ACTIVE_FROM_THE_START = {"selective_backprop": dict(start=0.0, interrupt=0), "random_subset": dict(start=0.0),
+                         "layer_freezing": dict(freeze_start=0.0), "progressive_resizing": dict(size_increment=2),
+                         "blurpool": dict(min_channels=1)}
+
+
+def trainer_for(name: str, num_workers: int = 0, **kwargs):
+    """A trainer for the algorithm ``name`` on a problem it applies to: a language model for
+    ALiBi, a transformer for GatedLinearUnits and FusedLayerNorm, a CNN for the others."""
+    torch.manual_seed(0)
+    data, loss_fn = NoisyImages(), nn.functional.cross_entropy
+    if name == "alibi":
+        data, loss_fn = NoisyTokens(), language_model_loss
+        model = TinyGPT(vocab_size=16, max_sequence_length=8, d_model=8, n_layers=1, n_heads=2, dropout=0.1)
+    elif name in ("gated_linear_units", "fused_layernorm"):
+        model = Transformer()
+    else:
+        model = Cnn()
+    train = torch.utils.data.DataLoader(data, batch_size=8, shuffle=True, num_workers=num_workers)
+    algorithm = ALGORITHMS[name](**ACTIVE_FROM_THE_START.get(name, {}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # FusedLayerNorm warns without Apex
+        return make_trainer(model=model, train_dataloader=train, max_duration="2ep", seed=3, loss_fn=loss_fn,
+                            algorithms=[algorithm], **kwargs)
