@@ -246,8 +246,9 @@ class FieldWatcher:
 
     def changed(self) -> tuple[str, ...]:
         """The tracked fields replaced or mutated since the last snapshot, in the order of
-        ``TRACKED_FIELDS`` (empty if none); the state now becomes the last snapshot, to compare the next call with. The usual
-        answer (nothing changed) is checked first, without building a snapshot."""
+        ``TRACKED_FIELDS`` (empty if none); the state now becomes the last snapshot, to compare
+        the next call with. The usual answer (nothing changed) is checked first, without
+        building a snapshot."""
         s, before = self.state, self._last
         # (plain `is` tests: Python specialises these attribute reads; a C-level getter is slower)
         if (s.batch is before.batch and s.outputs is before.outputs and s.loss is before.loss

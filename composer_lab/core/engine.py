@@ -9,7 +9,7 @@ from functools import cached_property
 from typing import Any, Callable, Iterator, NamedTuple, Optional, Sequence, Union
 
 from composer_lab.core.algorithm import Algorithm, listens
-from composer_lab.core.callback import Callback, listened_events
+from composer_lab.core.callback import listened_events
 from composer_lab.core.changes import FieldWatcher, torch_hooks
 from composer_lab.core.event import _PHASE, Event
 from composer_lab.core.logger import Logger
@@ -84,10 +84,11 @@ class Engine:
         self.logger = logger if logger is not None else Logger(state)
         self.trace = trace if isinstance(trace, Trace) else Trace(trace)
         self.passes = DEFAULT_PASSES
-        self._callback_events: dict[int, tuple[Callback, frozenset]] = {}
-        self._listed: list = []  # a copy of the algorithms list last seen, to notice any change
+        self._listed: list = []  # copies of the algorithms and callbacks lists last seen, to notice a change
         self._listed_names: tuple[str, ...] = ()
         self._listening: dict[Event, list] = {}
+        self._callbacks_listed: Optional[list] = None
+        self._callbacks_listening: dict[Event, list] = {}
         self._watcher = FieldWatcher(state)
         self.closed = False
         """Whether :meth:`close` ran: the engine then runs no more events."""
@@ -234,15 +235,14 @@ class Engine:
         self._listed = list(algorithms)
 
     def _run_callbacks(self, event: Event, seq: int) -> None:
-        callbacks = []
-        for cb in self.state.callbacks:
-            entry = self._callback_events.get(id(cb))  # (callback, the events it listens to)
-            if entry is None or entry[0] is not cb:
-                entry = self._callback_events[id(cb)] = (cb, listened_events(cb))
-            if event in entry[1]:
-                callbacks.append(cb)
-        if callbacks:
-            self._invoke_all(callbacks, "callback", "run_event", event, seq)
+        callbacks = self.state.callbacks
+        if callbacks != self._callbacks_listed:  # as for algorithms: each event's listeners, kept
+            self._callbacks_listed = list(callbacks)
+            events = [listened_events(cb) for cb in callbacks]
+            self._callbacks_listening = {e: [cb for cb, on in zip(callbacks, events) if e in on] for e in Event}
+        listening = self._callbacks_listening[event]
+        if listening:
+            self._invoke_all(listening, "callback", "run_event", event, seq)
 
     def _invoke_all(self, objs: Sequence[Any], kind: str, method: str, event: Event, seq: int) -> list:
         """Call ``method`` of each of ``objs`` in order and return what each returned; with the

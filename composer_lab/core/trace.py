@@ -56,12 +56,6 @@ TRACE_LEVELS = ("all", "ran", "off")
 """'all': every event and call, also the ``match`` calls that said no; 'ran': events and the
 calls that ran; 'off': nothing."""
 
-EVENT_COLUMNS = ("seq", "phase", "event", "epoch", "batch", "batch_in_epoch", "microbatch",
-                 "t_start", "duration")
-INVOCATION_COLUMNS = ("seq", "event", "batch", "name", "cls", "kind", "matched", "order",
-                      "exit_code", "duration", "changed", "error")
-NOTE_COLUMNS = ("seq", "epoch", "batch", "kind", "text")
-
 _PHASE_OF = {e.value: phase for e, phase in _PHASE.items()}
 _EVENT_DTYPE = pd.CategoricalDtype([e.value for e in Event], ordered=False)
 _PHASE_DTYPE = pd.CategoricalDtype(["fit", "eval", "predict"])
@@ -69,11 +63,14 @@ _KIND_DTYPE = pd.CategoricalDtype(["algorithm", "callback"])
 _DTYPES = {
     "events": {"seq": "int64", "phase": _PHASE_DTYPE, "event": _EVENT_DTYPE, "epoch": "int64", "batch": "int64",
                "batch_in_epoch": "int64", "microbatch": "Int64", "t_start": "float64", "duration": "float64"},
-    "invocations": {"seq": "int64", "event": _EVENT_DTYPE, "batch": "int64", "cls": "category",
-                    "kind": _KIND_DTYPE, "matched": "bool", "order": "Int64", "exit_code": "object",
-                    "duration": "float64", "changed": "object", "error": "string"},
+    "invocations": {"seq": "int64", "event": _EVENT_DTYPE, "batch": "int64", "name": "category",
+                    "cls": "category", "kind": _KIND_DTYPE, "matched": "bool", "order": "Int64",
+                    "exit_code": "object", "duration": "float64", "changed": "object", "error": "string"},
     "notes": {"seq": "int64", "epoch": "Int64", "batch": "Int64", "kind": "string", "text": "string"},
 }
+"""Each frame's columns, in order, and their dtypes (``name``'s categories are the trace's labels)."""
+
+EVENT_COLUMNS, INVOCATION_COLUMNS, NOTE_COLUMNS = (tuple(columns) for columns in _DTYPES.values())
 
 
 class Trace:
