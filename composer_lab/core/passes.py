@@ -58,7 +58,7 @@ def sort_to_back(list_to_sort: Sequence[T], cls: _Key) -> list[T]:
     return [x for x in list_to_sort if not pred(x)] + [x for x in list_to_sort if pred(x)]
 
 
-_FILO_EVENTS = frozenset(e for e in Event if e.is_after_event and "after_" in e.value)
+_FILO_EVENTS = frozenset(e for e in Event if "after_" in e.value)
 
 
 def is_filo_reversed(event: Event) -> bool:
@@ -103,23 +103,25 @@ def sort_fused_layernorm_last(algorithms: Sequence[Algorithm], event: Event) -> 
 def warn_if_multiple_loss_interpolation(algorithms: Sequence[Algorithm], event: Event) -> Sequence[Algorithm]:
     """Warn when more than one algorithm interpolates the loss (``interpolate_loss=True`` on
     MixUp or CutMix, as in Composer): the loss is then mixed twice."""
-    interpolating = _flagged(algorithms, "interpolate_loss")
-    if len(interpolating) > 1:
-        warnings.warn(f"multiple algorithms interpolate the loss at {event.value}: "
-                      f"{', '.join(type(a).__name__ for a in interpolating)}; this can lead to unexpected "
-                      f"behavior. Set interpolate_loss=False on all but one.", stacklevel=2)
-    return algorithms
+    return _warn_if_several(algorithms, "interpolate_loss", "multiple algorithms interpolate the loss at {event}: "
+                            "{names}; this can lead to unexpected behavior. Set interpolate_loss=False on all but one.",
+                            event)
 
 
 def warn_if_multiple_mixers(algorithms: Sequence[Algorithm], event: Event) -> Sequence[Algorithm]:
     """Warn when two algorithms that mix examples (MixUp, CutMix) run at one event: the second
     mixes an already mixed batch, which may not be what was meant."""
-    mixers = _flagged(algorithms, "mixes_examples")
-    if len(mixers) > 1:
-        names = ", ".join(type(a).__name__ for a in mixers)
-        warnings.warn(f"{names} all mix examples at {event.value}; composing them mixes "
-                      f"already mixed examples. Keep one, or run them in different epochs.",
-                      stacklevel=2)
+    return _warn_if_several(algorithms, "mixes_examples", "{names} all mix examples at {event}; composing them mixes "
+                            "already mixed examples. Keep one, or run them in different epochs.", event)
+
+
+def _warn_if_several(algorithms: Sequence[Algorithm], flag: str, message: str, event: Event) -> Sequence[Algorithm]:
+    """Warn ``message`` (with ``{names}`` and ``{event}`` filled in) when more than one of
+    ``algorithms`` has ``flag``; return them unchanged."""
+    flagged = _flagged(algorithms, flag)
+    if len(flagged) > 1:
+        names = ", ".join(type(a).__name__ for a in flagged)
+        warnings.warn(message.format(names=names, event=event.value), stacklevel=3)
     return algorithms
 
 
