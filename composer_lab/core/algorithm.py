@@ -119,10 +119,10 @@ def describe(algorithm: Algorithm) -> dict[str, Any]:
     """``{'class': name, 'hparams': {...}}``: what a run's config and a checkpoint keep of an
     algorithm, as JSON data (plots read the schedule back from it): its hyperparameters, an
     Event as its value, and its function or class arguments by qualified name."""
-    hparams = {name: value.value if isinstance(value, Enum) else value  # an Event as its name: plain JSON
-               for name, value in hyperparameters(algorithm).items()}
+    hparams = {}
     for name in _arguments(algorithm):
-        qualified = _qualified_name(getattr(algorithm, name, None))
-        if qualified is not None:
-            hparams[name] = qualified
+        value = getattr(algorithm, name, None)
+        value = value.value if isinstance(value, Enum) else _qualified_name(value) or value
+        if isinstance(value, _JSON_SCALARS):
+            hparams[name] = value
     return {"class": type(algorithm).__name__, "hparams": hparams}
