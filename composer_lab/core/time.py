@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 from decimal import Decimal
 from enum import Enum
+from functools import total_ordering
 from typing import Any, Optional, Union
 
 __all__ = ["TimeUnit", "Time", "Timestamp", "ensure_time"]
@@ -31,6 +32,7 @@ _TIMESTRING = re.compile(r"^(\d+(?:\.\d+)?)(ep|ba|sp|dur)$")
 _EXAMPLES = "'3ep', '120ba', '4096sp' or '0.5dur'"
 
 
+@total_ordering
 @dataclass(frozen=True, eq=False)
 class Time:
     """An amount of training time: an integer count of epochs, batches or samples, or a
@@ -133,17 +135,8 @@ class Time:
         except (TypeError, ValueError):  # not a time, or another unit (Composer raises; here simply not equal)
             return False
 
-    def __lt__(self, other: Any) -> bool:
+    def __lt__(self, other: Any) -> bool:  # (total_ordering derives <=, > and >= from it and ==)
         return self.value < self._same_unit(other, "compare").value
-
-    def __gt__(self, other: Any) -> bool:
-        return self.value > self._same_unit(other, "compare").value
-
-    def __le__(self, other: Any) -> bool:
-        return self.value <= self._same_unit(other, "compare").value
-
-    def __ge__(self, other: Any) -> bool:
-        return self.value >= self._same_unit(other, "compare").value
 
     def __add__(self, other: Any) -> "Time":
         return Time(self.value + self._same_unit(other, "add").value, self.unit)
