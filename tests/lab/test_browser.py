@@ -90,17 +90,7 @@ def test_unticking_and_moving_a_pass_in_the_browser_changes_the_engine(jupyter, 
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.goto(f"{jupyter}/lab/tree/{NOTEBOOK.name}?reset")
-        page.wait_for_function("() => window.jupyterapp?.shell?.currentWidget?.sessionContext?.session?.kernel"
-                               "?.status === 'idle'", timeout=120_000)
-        page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
-        page.wait_for_selector(".cl-lab", timeout=120_000)
-
-        def kernel(code: str) -> str:
-            return page.evaluate(_KERNEL_EXEC, code)
-
+        browser, page, kernel = _open_lab(p, jupyter)
         before = json.loads(kernel("import json; print(json.dumps([type(a).__name__ for a in trainer.state.algorithms]))"))
         assert before == ["SelectiveBackprop", "LabelSmoothing"]
 
