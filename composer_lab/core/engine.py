@@ -6,6 +6,7 @@ import time
 from collections.abc import Mapping
 from contextlib import contextmanager
 from functools import cached_property
+from operator import is_not
 from typing import Any, Callable, Iterator, NamedTuple, Optional, Sequence, Union
 
 from composer_lab.core.algorithm import Algorithm, listens
@@ -87,8 +88,8 @@ class Engine:
         self._listed: list = []  # copies of the algorithms and callbacks lists last seen, to notice a change
         self._listed_names: tuple[str, ...] = ()
         self._listening: dict[Event, list] = {}
-        self._callbacks_listed: Optional[list] = None
-        self._callbacks_listening: dict[Event, list] = {}
+        self._callbacks_listed: list = []
+        self._callbacks_listening: dict[Event, list] = {event: [] for event in Event}
         self._watcher = FieldWatcher(state)
         self.closed = False
         """Whether :meth:`close` ran: the engine then runs no more events."""
@@ -204,7 +205,7 @@ class Engine:
                 self._run_callbacks(event, seq)  # on INIT, callbacks first
             algorithms = state.algorithms
             if algorithms:
-                if algorithms != self._listed:  # (compared item by item, by identity first)
+                if _edited(algorithms, self._listed):
                     self._list_algorithms(algorithms)  # a new list, or this one edited in place
                 matched = []
                 for algorithm in self._listening[event]:  # a loop, not a comprehension: no frame when none listen
@@ -236,7 +237,7 @@ class Engine:
 
     def _run_callbacks(self, event: Event, seq: int) -> None:
         callbacks = self.state.callbacks
-        if callbacks != self._callbacks_listed:  # as for algorithms: each event's listeners, kept
+        if _edited(callbacks, self._callbacks_listed):  # as for algorithms: each event's listeners, kept
             self._callbacks_listed = list(callbacks)
             events = [listened_events(cb) for cb in callbacks]
             self._callbacks_listening = {e: [cb for cb, on in zip(callbacks, events) if e in on] for e in Event}
@@ -296,6 +297,12 @@ class Engine:
                 errors.append(err)
         if errors:
             raise errors[0]
+
+
+def _edited(current: Sequence[Any], seen: Sequence[Any]) -> bool:
+    """Whether ``current`` holds other objects than ``seen``, compared by identity: an equal
+    instance (a dataclass with the same fields) swapped in is another algorithm."""
+    return len(current) != len(seen) or any(map(is_not, current, seen))
 
 
 def _is_indexed(item: Any) -> bool:

@@ -196,6 +196,27 @@ def test_an_in_place_edit_of_the_algorithms_takes_effect_at_the_next_event(state
     assert log == [algo.name for algo in expected]
 
 
+class EqualByValue(Recorder):
+    """An algorithm whose instances compare equal by their fields, as a dataclass's do."""
+
+    def __eq__(self, other):
+        return type(other) is type(self) and other.name == self.name
+
+    __hash__ = Recorder.__hash__
+
+
+def test_an_equal_but_new_instance_swapped_in_is_the_one_that_runs(state):
+    """The engine notices edits by identity, not ``==``: an algorithm replaced by an equal
+    instance (a dataclass with the same fields) must stop running; its replacement runs."""
+    old_log, new_log = [], []
+    state.algorithms = [EqualByValue("A", ALL, old_log)]
+    engine = Engine(state)
+    engine.run_event(Event.BATCH_START)
+    state.algorithms[0] = EqualByValue("A", ALL, new_log)
+    engine.run_event(Event.BATCH_START)
+    assert (old_log, new_log) == (["A"], ["A"])
+
+
 def test_augmented_assignment_to_the_algorithms_keeps_a_counting_list(state):
     log = []
     state.algorithms = [Recorder("A", ALL, log)]
