@@ -10,14 +10,25 @@ import torch
 
 from composer_lab.core.time import Time, Timestamp, TimeUnit, ensure_time
 
-__all__ = ["State"]
+__all__ = ["State", "BATCH_KEYS", "batch_key"]
 
-# Keys that dict batches use for what tuple batches hold at positions 0 and 1.
-_DICT_KEYS = {0: "input", 1: "target"}
-
+BATCH_KEYS = ("input", "target")
+"""Where a dict batch holds what an ``(input, target)`` batch holds at positions 0 and 1."""
 
 _AUTOCAST_DTYPES = {"amp_bf16": torch.bfloat16, "amp_fp16": torch.float16}
 _NO_AUTOCAST = contextlib.nullcontext()  # reusable: entered twice a step in fp32
+
+
+def batch_key(batch: Any, key: Union[int, str]) -> Union[int, str]:
+    """The key under which ``batch`` holds ``key``: the one rule of what a batch is, read by the
+    State and the trainer alike. Positions 0 and 1 of a dict batch are its 'input' and 'target'."""
+    if isinstance(key, int) and isinstance(batch, Mapping):
+        if key not in (0, 1) or BATCH_KEYS[key] not in batch:
+            raise KeyError(f"dict batches need the keys 'input' and 'target'; this one has {sorted(batch)}: "
+                           f"rename the dataset's keys (a model with its own forward(batch) and "
+                           f"loss(outputs, batch) needs them only for algorithms that read inputs or targets)")
+        return BATCH_KEYS[key]
+    return key
 
 
 def _as_list(value: Any) -> list:
@@ -117,11 +128,11 @@ class State:
     # -- batch access ---------------------------------------------------------------------
     def batch_get_item(self, key: Union[int, str]) -> Any:
         """``batch[key]``; dict batches answer 0 and 1 with their 'input' and 'target'."""
-        return self.batch[self._batch_key(key)]
+        return self.batch[batch_key(self.batch, key)]
 
     def batch_set_item(self, key: Union[int, str], value: Any) -> None:
         """Replace ``batch[key]``, keeping the batch's type (tuples are rebuilt)."""
-        key = self._batch_key(key)
+        key = batch_key(self.batch, key)
         if isinstance(self.batch, MutableMapping):
             self.batch = {**self.batch, key: value}
         elif isinstance(self.batch, (tuple, list)):
@@ -139,15 +150,6 @@ class State:
     @property
     def targets(self) -> Any:
         return self.batch_get_item(1)
-
-    def _batch_key(self, key: Union[int, str]) -> Union[int, str]:
-        if isinstance(self.batch, Mapping) and isinstance(key, int):
-            if key not in _DICT_KEYS or _DICT_KEYS[key] not in self.batch:
-                raise KeyError(f"dict batches need the keys 'input' and 'target' for algorithms that "
-                               f"change inputs or targets; this batch has {sorted(self.batch)}: rename the "
-                               f"dataset's keys")
-            return _DICT_KEYS[key]
-        return key
 
     # -- precision ------------------------------------------------------------------------
     def precision_context(self) -> contextlib.AbstractContextManager:

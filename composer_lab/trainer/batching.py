@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from composer_lab.core.state import BATCH_KEYS, batch_key
+
 __all__ = ["batch_size", "batch_inputs", "batch_targets", "split_batch"]
 
 
@@ -18,7 +20,7 @@ def _first_tensor(batch: Any) -> torch.Tensor:
     if isinstance(batch, torch.Tensor):
         return batch
     if isinstance(batch, Mapping):
-        value = batch.get("input")
+        value = batch.get(BATCH_KEYS[0])
         if isinstance(value, torch.Tensor):
             return value
         values = batch.values()
@@ -47,7 +49,7 @@ def batch_inputs(batch: Any) -> Any:
     if isinstance(batch, torch.Tensor):
         return batch
     if isinstance(batch, Mapping):
-        return _dict_item(batch, "input")
+        return batch[batch_key(batch, 0)]
     return batch[0]
 
 
@@ -56,18 +58,11 @@ def batch_targets(batch: Any) -> Any:
     if type(batch) is tuple and len(batch) > 1:  # the usual batch, before the slower Mapping check
         return batch[1]
     if isinstance(batch, Mapping):
-        return _dict_item(batch, "target")
+        return batch[batch_key(batch, 1)]
     if isinstance(batch, (tuple, list)) and len(batch) > 1:
         return batch[1]
     raise TypeError(f"a batch of type {type(batch).__name__} has no target; training and evaluation "
                     f"need (input, target) pairs or dicts with 'input' and 'target'")
-
-
-def _dict_item(batch: Mapping, key: str) -> Any:
-    if key not in batch:
-        raise KeyError(f"dict batches need the key {key!r}; this one has {sorted(batch)}. Rename the "
-                       f"dataset's keys, or give the model its own forward(batch) and loss(outputs, batch)")
-    return batch[key]
 
 
 def split_batch(batch: Any, size: int) -> list:

@@ -7,8 +7,9 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, IterableDataset
 
-from composer_lab import Event
+from composer_lab import Event, State
 from composer_lab.trainer import CheckpointError
+from composer_lab.trainer.batching import batch_inputs, batch_targets
 
 from tests.trainer.helpers import OnEvent, make_trainer, tiny_data, tiny_model
 
@@ -148,8 +149,23 @@ def test_batches_without_targets_in_training():
 
 def test_dict_batch_without_input_key():
     loader = DataLoader([{"x": x, "target": y} for x, y in tiny_data(8)], batch_size=4)
-    with pytest.raises(KeyError, match="need the key 'input'"):
+    with pytest.raises(KeyError, match="need the keys 'input' and 'target'; this one has"):
         make_trainer(train_dataloader=loader).fit()
+
+
+def test_algorithms_and_the_trainer_read_a_dict_batch_by_one_rule():
+    state = State(tiny_model())
+    good = {"input": torch.ones(2, 3), "target": torch.zeros(2), "mask": torch.ones(2)}
+    state.batch = good
+    assert state.inputs is batch_inputs(good) is good["input"]
+    assert state.targets is batch_targets(good) is good["target"]
+    state.batch = bad = {"x": torch.ones(2, 3), "y": torch.zeros(2)}
+    errors = []
+    for read in (lambda: state.inputs, lambda: state.targets, lambda: batch_inputs(bad), lambda: batch_targets(bad)):
+        with pytest.raises(KeyError) as err:
+            read()
+        errors.append(str(err.value))
+    assert len(set(errors)) == 1 and "rename the dataset's keys" in errors[0]
 
 
 def test_exception_in_algorithm_propagates_and_is_in_the_trace():
