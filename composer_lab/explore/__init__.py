@@ -6,13 +6,16 @@
   the orders that differ only by commuting neighbours;
 - :class:`Sweep`: every order x every seed, through any ``concurrent.futures``-style executor
   (a local process pool by default, a Dask ``Client`` on a cluster), ranked with confidence
-  intervals and paired differences; runs saved as they end, resumable.
+  intervals and paired differences; runs saved as they end, resumable;
+- :func:`diff_runs`: which calls moved, appeared or vanished between two runs' traces.
 """
 
 from composer_lab.explore.commutation import commutation, plot_commutation
+from composer_lab.explore.diff import diff_runs
 from composer_lab.explore.executors import InlineExecutor, local_pool
 from composer_lab.explore.orderings import algorithm_names, order_label, orderings
 from composer_lab.explore.sweep import Sweep
 
 __all__ = ["orderings", "algorithm_names", "order_label", "commutation", "plot_commutation", "Sweep", "local_pool",
-           "InlineExecutor"]
+           "InlineExecutor",
+           "diff_runs"]

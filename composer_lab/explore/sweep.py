@@ -26,6 +26,7 @@ import pandas as pd
 from scipy import stats
 
 from composer_lab.core.algorithm import Algorithm
+from composer_lab.explore.diff import diff_runs
 from composer_lab.explore.executors import check_sendable, local_pool
 from composer_lab.explore.orderings import algorithm_names, check_algorithms, order_label, orderings
 from composer_lab.explore.results import SweepFolder
@@ -219,10 +220,8 @@ class Sweep:
 
     def diff(self, a: Union[str, Sequence[int]], b: Union[str, Sequence[int]],
              seed: Optional[int] = None) -> pd.DataFrame:
-        """The trace diff (``composer_lab.lab.diff_runs``) of orders ``a`` and ``b`` trained with
-        one seed (default: the first seed both finished with)."""
-        from composer_lab.lab.diff import diff_runs  # the lab's helper, the one diff of traces
-
+        """The trace diff (:func:`~composer_lab.explore.diff.diff_runs`) of orders ``a`` and ``b``
+        trained with one seed (default: the first seed both finished with)."""
         if seed is None:
             results = self.results
             seeds = [set(results.loc[results["order"] == self._label(o), "seed"]) for o in (a, b)]

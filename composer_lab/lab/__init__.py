@@ -7,14 +7,14 @@ run folder or trace / metrics DataFrames and return a matplotlib Figure.
 from composer_lab.lab.algorithms_panel import AlgorithmPanel
 from composer_lab.lab.conflicts import ConflictView, find_conflicts
 from composer_lab.lab.control import Control
-from composer_lab.lab.diff import diff_runs
+from composer_lab.explore.diff import diff_runs
 from composer_lab.lab.lab import Lab
 from composer_lab.lab.order_preview import OrderPreview, preview_orders
 from composer_lab.lab.pass_editor import PassEditor
 from composer_lab.lab.plots import (plot_algorithm_events, plot_keep_ratio, plot_loss, plot_runs,
                                     plot_timeline)
 from composer_lab.lab.run_panel import RunHandle, RunPanel
-from composer_lab.lab.sources import RunData, run_data
+from composer_lab.trainer.sources import RunData, run_data
 from composer_lab.lab.sweep_panel import SweepHandle, SweepPanel
 
 __all__ = [

@@ -32,7 +32,7 @@ class Run:
     """One run: its ``name``, ``config`` (JSON-ready settings), ``trace`` and ``metrics``;
     ``rank_traces`` holds every rank's trace frames for a run trained under torchrun.
 
-    The lab reads every run through this type (:func:`~composer_lab.lab.sources.run_data`),
+    The lab reads every run through this type (:func:`~composer_lab.trainer.sources.run_data`),
     which also fills in what it knows of the setup: ``algorithms`` (live objects, from a
     trainer) and ``total_batches`` (the run's length)."""
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from composer_lab.lab.sources import run_data
+from composer_lab.trainer.sources import run_data
 
 __all__ = ["diff_runs", "DIFF_STATUSES", "INTERNAL_PREFIX", "without_internal"]
 

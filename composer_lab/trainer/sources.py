@@ -1,7 +1,7 @@
-"""What the plots read: one run's trace and metrics, from a trainer, a run, a folder or frames.
+"""Where a run comes from: one run's trace and metrics, from a trainer, a run, a folder or frames.
 
 :func:`run_data` turns any of those into a :class:`~composer_lab.trainer.run.Run`, the one type
-the lab reads runs through, so each plot function accepts them all and is written once.
+the lab and the explorer read runs through, so each plot and diff accepts them all and is written once.
 """
 
 from __future__ import annotations
