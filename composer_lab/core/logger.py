@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
+import threading
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -19,55 +20,73 @@ METRIC_COLUMNS = ("batch", "epoch", "phase", "name", "value")
 class Logger:
     """Collects ``(batch, epoch, phase, name, value)`` rows.
 
-    Values may be tensors: they are kept as they are (no device-to-host copy on the hot
-    path) and turned into floats, one transfer per device, when :attr:`metrics` is read.
+    Values may be tensors: they are kept as they are (no device-to-host copy on the hot path)
+    until :meth:`flush` (the trainer's flush points, or a read of :attr:`metrics`) copies those
+    logged since the last flush to the host in bulk, one transfer per device, and appends their
+    rows to growing columns: a read costs time in proportion to the rows new since the last.
     ``phase`` follows the event being run ('fit', 'eval' or 'predict'); the engine sets it.
     """
 
     def __init__(self, state: Optional[State] = None) -> None:
-        self.state = state
-        self.phase = "fit"
-        self._rows: list[tuple] = []
-        self._cache: Optional[tuple[int, pd.DataFrame]] = None
+        self.state, self.phase = state, "fit"  # (the engine sets the phase)
+        self.latest: dict[str, float] = {}
+        """Each name's last value as of the last flush (what the progress bar shows: no sync)."""
+        self._rows: list[tuple] = []  # logged since the last flush
+        self._codes: dict[str, dict[str, int]] = {"phase": {}, "name": {}}  # category -> code, first seen first
+        self._columns = {c: np.empty(0, np.float64 if c == "value" else np.int64) for c in METRIC_COLUMNS}
+        # rows flushed into the columns; the frame read of them; a lock for a read from another thread
+        self._size, self._frame, self._lock = 0, None, threading.RLock()
+        self.flush()
 
     def log_metrics(self, metrics: Mapping[str, Any], phase: Optional[str] = None) -> None:
         """Record each ``name: value`` at the current batch and epoch."""
-        ts = self.state.timestamp if self.state is not None else None
-        batch, epoch = (ts.batch, ts.epoch) if ts is not None else (0, 0)
-        phase = phase or self.phase
+        batch, epoch = (ts.batch, ts.epoch) if (ts := getattr(self.state, "timestamp", None)) is not None else (0, 0)
         for name, value in metrics.items():
             if isinstance(value, torch.Tensor):
-                if value.requires_grad:  # (without grad there is no graph to drop: detach would only add an object)
-                    value = value.detach()
+                value = value.detach() if value.requires_grad else value  # (no graph: detach would add an object)
                 if value.numel() != 1:
                     raise ValueError(f"metric {name!r} has {value.numel()} values; log one scalar per name "
                                      f"(e.g. value.mean())")
-            self._rows.append((batch, epoch, phase, name, value))
+            self._rows.append((batch, epoch, phase or self.phase, name, value))
 
     def load_metrics(self, frame: pd.DataFrame) -> None:
         """Append rows read from another logger's :attr:`metrics` (a resumed checkpoint's)."""
-        columns = list(METRIC_COLUMNS)
-        rows = frame[columns].astype(object).itertuples(index=False, name=None)
+        rows = frame[list(METRIC_COLUMNS)].astype(object).itertuples(index=False, name=None)
         self._rows.extend((int(b), int(e), str(p), str(n), float(v)) for b, e, p, n, v in rows)
+
+    def flush(self) -> None:
+        """Append the rows logged since the last flush to the columns, their tensor values copied
+        to the host together (one transfer per device). Safe to call from another thread."""
+        with self._lock:
+            rows, self._rows = self._rows, []
+            start, end = self._size, self._size + len(rows)
+            if end >= len(self._columns["batch"]):  # twice the length, rows copied; a frame viewing the numbers
+                self._columns = {column: np.resize(values, start + end) for column, values in self._columns.items()}
+                self._numeric = pd.DataFrame(self._columns, columns=["batch", "epoch", "value"], copy=False)
+            new = dict(zip(METRIC_COLUMNS, map(list, zip(*rows))))
+            _to_host_floats(new.get("value", []))
+            self.latest.update(zip(new.get("name", ()), new.get("value", ())))
+            for column, values in new.items():  # (phase and name as category codes, in the order first seen)
+                codes = self._codes.get(column)
+                self._columns[column][start:end] = values if codes is None else [
+                    codes.setdefault(category, len(codes)) for category in values]
+            self._size, self._frame = end, self._frame if start == end else None
 
     @property
     def metrics(self) -> pd.DataFrame:
         """A tidy DataFrame: ``batch``, ``epoch``, ``phase``, ``name``, ``value`` (float)."""
-        if self._cache is None or self._cache[0] != len(self._rows):
-            self._cache = (len(self._rows), self._build(self._rows))
-        return self._cache[1]
+        with self._lock:  # (reentrant: flush takes it too)
+            self.flush()
+            if self._frame is None:  # views of the columns (copy-on-write: a change to the frame copies)
+                self._frame = self._numeric.iloc[:self._size].assign(**{c: pd.Categorical.from_codes(
+                    self._columns[c][:self._size], list(codes), validate=False).reorder_categories(sorted(codes))
+                    for c, codes in self._codes.items()})[list(METRIC_COLUMNS)]
+            return self._frame
 
-    @staticmethod
-    def _build(rows: list[tuple]) -> pd.DataFrame:
-        values = [r[4] for r in rows]
-        by_device: dict[torch.device, list[int]] = defaultdict(list)
-        for i, v in enumerate(values):
-            if isinstance(v, torch.Tensor):
-                by_device[v.device].append(i)
-        for idx in by_device.values():
-            floats = torch.stack([values[i].reshape(()).float() for i in idx]).tolist()
-            for i, f in zip(idx, floats):
-                values[i] = f
-        df = pd.DataFrame.from_records([r[:4] for r in rows], columns=list(METRIC_COLUMNS[:4]))
-        df["value"] = pd.Series(values, dtype="float64")
-        return df.astype({"batch": "int64", "epoch": "int64", "phase": "category", "name": "category"})
+
+def _to_host_floats(values: list) -> None:
+    """Replace the tensors among ``values`` by floats, copied to the host in one transfer per device."""
+    for device in {v.device for v in values if isinstance(v, torch.Tensor)}:
+        on_device = [i for i, v in enumerate(values) if isinstance(v, torch.Tensor) and v.device == device]
+        for i, f in zip(on_device, torch.stack([values[i].reshape(()).float() for i in on_device]).tolist()):
+            values[i] = f

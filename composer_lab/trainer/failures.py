@@ -4,20 +4,24 @@ A batch is *applied* once its optimizer step and timestamp advance have both hap
 failure before that leaves the weights and the timestamp as they were, and the trainer keeps
 the batch to train it again. :class:`InterruptGuard` holds back SIGINT (Jupyter's stop button)
 while a step is being applied, so a stop can never land between two parameter updates.
-:class:`NonFiniteLossError` stops a run whose loss is NaN or infinite, naming the calls that
-changed the batch, outputs or loss just before (read from the trace).
+:class:`NonFiniteLossError` stops a run whose loss is NaN or infinite, naming the batch and the
+calls that changed its batch, outputs or loss (read from the trace); :class:`NonFiniteWatch`
+finds that batch on the device, without a host read per batch.
 """
 
 from __future__ import annotations
 
+import math
 import signal
 import threading
 from typing import Any, Optional
 
+import torch
+
 from composer_lab.trainer.devices import fresh_grad_scaler
 
-__all__ = ["InterruptGuard", "NonFiniteLossError", "raise_nonfinite_loss", "nonfinite_loss_message", "abandon_batch",
-           "note_failure"]
+__all__ = ["InterruptGuard", "NonFiniteLossError", "NonFiniteWatch", "NONFINITE_MODES", "raise_nonfinite_loss",
+           "nonfinite_loss_message", "abandon_batch", "note_failure"]
 
 
 class InterruptGuard:
@@ -64,27 +68,93 @@ class InterruptGuard:
 
 
 class NonFiniteLossError(FloatingPointError):
-    """The training loss became NaN or infinite; the batch was not applied."""
+    """The training loss became NaN or infinite (the message says whether that batch was applied)."""
 
 
-def raise_nonfinite_loss(loss: float, trace: Any, timestamp: Any, since_seq: int) -> None:
-    """Note the non-finite ``loss`` in the trace and raise :class:`NonFiniteLossError`, naming
-    the calls from trace seq ``since_seq`` on (this batch's) that changed batch, outputs or loss."""
+NONFINITE_MODES = (True, False, "before_step")
+"""``Trainer(stop_on_nonfinite_loss=...)``: True checks on the device, False never, 'before_step'
+reads the loss on the host before every optimizer step."""
+
+
+class NonFiniteWatch:
+    """Watches the training loss for NaN or infinity without a host read per batch.
+
+    :meth:`watch` keeps, on the loss's device, the index of the first batch whose loss was not
+    finite (``torch.where``: no sync); :meth:`check` reads it (one sync) and raises. The trainer
+    checks every ``flush_interval`` batches and where it reads the host anyway, so the bad batch
+    and the ones after it up to the check were applied. ``'before_step'`` reads every loss
+    before the optimizer step instead, as :func:`raise_nonfinite_loss` says: the bad batch is
+    never applied, at one sync per batch.
+    """
+
+    def __init__(self, mode: Any) -> None:
+        if mode not in NONFINITE_MODES:
+            raise ValueError(f"stop_on_nonfinite_loss={mode!r}; expected True (check on the device, read every "
+                             f"flush_interval batches), 'before_step' (read every loss before the optimizer step) "
+                             f"or False (no check)")
+        self.mode = mode
+        self._first: Optional[torch.Tensor] = None  # the first non-finite batch since the last check, -1: none
+        self._loss: Optional[torch.Tensor] = None  # its loss
+        self._batches: dict[int, tuple[Any, int, int]] = {}  # batch -> (timestamp, its trace seqs) since the check
+
+    def watch(self, loss: torch.Tensor, trace: Any, timestamp: Any, since_seq: int) -> Any:
+        """This batch's ``loss`` (detached) as it is logged: a float in 'before_step' mode (read,
+        and raised on when not finite), else the tensor, noted on the device when it is the first
+        non-finite one since the last check. ``since_seq``: the trace's seq when the batch was taken."""
+        if self.mode == "before_step":
+            value = loss.item()
+            if not math.isfinite(value):
+                raise_nonfinite_loss(value, trace, timestamp, since_seq, trace.seq)
+            return value
+        if not self.mode:
+            return loss
+        if self._first is None:
+            self._first = torch.full((), -1, dtype=torch.int64, device=loss.device)
+            self._loss = torch.zeros((), device=loss.device)
+        first = torch.isfinite(loss).logical_not_().logical_and_(self._first < 0)
+        self._first.masked_fill_(first, timestamp.batch)
+        self._loss = torch.where(first, loss.float(), self._loss)
+        self._batches[timestamp.batch] = (timestamp, since_seq, trace.seq)
+        return loss
+
+    def check(self, trace: Any, timestamp: Any) -> None:
+        """Raise :class:`NonFiniteLossError` if a batch watched since the last check had a non-finite
+        loss, naming the first; ``timestamp`` is now's. One host read, none when nothing was watched."""
+        if not self._batches:
+            return
+        batches, self._batches = self._batches, {}
+        first = int(self._first.item())
+        if first >= 0:
+            self._first.fill_(-1)
+            at, since_seq, until_seq = batches[first]
+            raise_nonfinite_loss(self._loss.item(), trace, at, since_seq, until_seq, timestamp.batch - first)
+
+
+def raise_nonfinite_loss(loss: float, trace: Any, timestamp: Any, since_seq: int, until_seq: int,
+                         applied: int = 0) -> None:
+    """Note the non-finite ``loss`` of the batch at ``timestamp`` in the trace and raise
+    :class:`NonFiniteLossError`, naming the calls of trace seqs ``since_seq`` to ``until_seq``
+    (that batch's) that changed batch, outputs or loss. ``applied``: how many
+    batches, that one and the ones after it, were applied before the check (0: none)."""
     calls = None
     if trace.recording:
         calls = trace.invocations
-        calls = calls[(calls["seq"] >= since_seq)
+        calls = calls[calls["seq"].between(since_seq, until_seq)
                       & calls["changed"].map(lambda fields: bool({"batch", "outputs", "loss"} & set(fields)))]
-    trace.note("nonfinite", f"loss {loss} at batch {timestamp.batch}; stopped before the optimizer step", timestamp)
-    raise NonFiniteLossError(nonfinite_loss_message(loss, timestamp, calls))
+    done = f"{applied} batches applied from it on" if applied else "stopped before the optimizer step"
+    trace.note("nonfinite", f"loss {loss} at batch {timestamp.batch}; {done}", timestamp)
+    raise NonFiniteLossError(nonfinite_loss_message(loss, timestamp, calls, applied))
 
 
-def nonfinite_loss_message(loss: float, timestamp: Any, calls: Any) -> str:
+def nonfinite_loss_message(loss: float, timestamp: Any, calls: Any, applied: int = 0) -> str:
     """The error for a non-finite ``loss`` at ``timestamp``; ``calls`` is the trace's
     invocations of this batch that changed ``batch``, ``outputs`` or ``loss`` (None when the
-    trace is off)."""
+    trace is off); ``applied`` as for :func:`raise_nonfinite_loss`."""
     where = (f"the training loss is {loss} at batch {timestamp.batch} (epoch {timestamp.epoch}, batch "
-             f"{timestamp.batch_in_epoch} of the epoch); the batch was not applied (no optimizer step)")
+             f"{timestamp.batch_in_epoch} of the epoch); ")
+    found = "it was" if applied == 1 else f"it and the {applied - 1} batches after it were"
+    where += (f"the check after batch {timestamp.batch + applied - 1} found it: {found} applied, so the weights "
+              f"may hold non-finite values" if applied else "the batch was not applied (no optimizer step)")
     if calls is None:
         culprits = "the trace is off, so the calls that changed the batch, outputs or loss are unknown"
     elif len(calls) == 0:
@@ -93,8 +163,11 @@ def nonfinite_loss_message(loss: float, timestamp: Any, calls: Any) -> str:
     else:
         culprits = "calls that changed the batch, outputs or loss just before, in order: " + "; ".join(
             f"{row.name} at {row.event} (changed {', '.join(row.changed)})" for row in calls.itertuples())
-    return (f"{where}; {culprits}. Fix the cause, or pass Trainer(stop_on_nonfinite_loss=False) to train on "
-            f"regardless")
+    fix = ("Fix the cause, or pass Trainer(stop_on_nonfinite_loss='before_step') to stop before the optimizer step "
+           "of that batch (one host read of the loss per batch), or stop_on_nonfinite_loss=False to train on "
+           "regardless" if applied else
+           "Fix the cause, or pass Trainer(stop_on_nonfinite_loss=False) to train on regardless")
+    return f"{where}; {culprits}. {fix}"
 
 
 def abandon_batch(state: Any, scaler: Any) -> Any:

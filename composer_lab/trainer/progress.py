@@ -14,7 +14,8 @@ __all__ = ["ProgressBar"]
 
 class ProgressBar(Callback):
     """One bar per ``fit``; shows the epoch and, every ``loss_every`` batches, the training loss
-    (reading it costs one device sync, so not every batch)."""
+    last copied to the host in bulk (``logger.latest``, at the trainer's flush points): no device
+    sync of its own."""
 
     def __init__(self, loss_every: int = 25) -> None:
         self.loss_every = loss_every
@@ -26,8 +27,9 @@ class ProgressBar(Callback):
 
     def batch_end(self, state: Any, logger: Any) -> None:
         self.bar.update(1)
-        if state.timestamp.batch % self.loss_every == 0 and state.loss is not None:
-            self.bar.set_postfix(epoch=state.timestamp.epoch, loss=f"{float(state.loss.detach()):.4f}", refresh=False)
+        loss = logger.latest.get("loss/train")
+        if state.timestamp.batch % self.loss_every == 0 and loss is not None:
+            self.bar.set_postfix(epoch=state.timestamp.epoch, loss=f"{loss:.4f}", refresh=False)
 
     def fit_end(self, state: Any, logger: Any) -> None:
         self._end_bar()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import atexit
 import functools
-import math
 import os
 import threading
 import time
@@ -22,6 +21,7 @@ from composer_lab.core.logger import Logger
 from composer_lab.core.state import State
 from composer_lab.core.time import Time, TimeUnit
 from composer_lab.core.trace import Trace
+from composer_lab.data.checks import check_positive_int
 from composer_lab.trainer import distributed
 from composer_lab.trainer.adapter import ModelAdapter
 from composer_lab.trainer.batching import batch_size, batch_targets, split_batch
@@ -30,7 +30,7 @@ from composer_lab.trainer.checks import check_components, check_dataloader, chec
 from composer_lab.trainer.devices import make_grad_scaler, move_to_device, resolve_device, resolve_precision
 from composer_lab.trainer.duration import duration_change_note, max_duration_after, reached_max_duration
 from composer_lab.trainer.feed import BatchFeed
-from composer_lab.trainer.failures import InterruptGuard, abandon_batch, note_failure, raise_nonfinite_loss
+from composer_lab.trainer.failures import InterruptGuard, NonFiniteWatch, abandon_batch, note_failure
 from composer_lab.trainer.inference import EVAL_EVENTS, PREDICT_EVENTS, run_inference
 from composer_lab.trainer.interval import Interval
 from composer_lab.trainer.metrics import EvalMetrics, Throughput
@@ -68,8 +68,12 @@ class Trainer:
         load_path: resume from this checkpoint.
         trace: 'all', 'ran' or 'off' (see :data:`~composer_lab.core.trace.TRACE_LEVELS`).
         progress_bar: show a tqdm.auto bar. run_name: names the run (default: the start time).
-        stop_on_nonfinite_loss: raise :class:`NonFiniteLossError` before the optimizer step of a
-            batch whose loss is NaN or infinite (one host read of the loss per batch).
+        stop_on_nonfinite_loss: raise :class:`NonFiniteLossError` naming the first batch whose loss
+            is NaN or infinite: True checks on the device, read at the flushes (the batches up to
+            then are applied); 'before_step' stops before its optimizer step (one host read per
+            batch); False: no check.
+        flush_interval: the host reads the device (the non-finite check, logged tensors copied out in
+            bulk) every this many batches, at epoch ends, evaluations, checkpoints and fit's end.
         shard_dataloaders: under torchrun, split the dataloaders across the ranks (the default);
             False when each rank's dataloaders already read that rank's own share (an
             IterableDataset that splits itself, a sampler of your own): they are used as given.
@@ -93,8 +97,8 @@ class Trainer:
                  seed: int = 0, save_folder: Union[str, os.PathLike, None] = None,
                  save_interval: Union[str, Time] = "1ep", load_path: Union[str, os.PathLike, None] = None,
                  trace: Union[str, Trace] = "all", progress_bar: bool = True,
-                 run_name: Optional[str] = None, stop_on_nonfinite_loss: bool = True,
-                 shard_dataloaders: bool = True) -> None:
+                 run_name: Optional[str] = None, stop_on_nonfinite_loss: Union[bool, str] = True,
+                 shard_dataloaders: bool = True, flush_interval: int = 50) -> None:
         seed_all(seed)
         self.adapter = ModelAdapter(model, loss_fn)
         algorithms, user_callbacks = check_components(train_dataloader, eval_dataloader, algorithms, callbacks,
@@ -125,7 +129,8 @@ class Trainer:
         self.eval_metrics = EvalMetrics()
         self.throughput = Throughput()
         self.scaler = make_grad_scaler(precision, device)
-        self.stop_on_nonfinite_loss = stop_on_nonfinite_loss
+        self.nonfinite = NonFiniteWatch(stop_on_nonfinite_loss)
+        self.flush_interval = check_positive_int("flush_interval", flush_interval)
         self.ddp = distributed.DDPModel()
         self.run_id = distributed.broadcast_object(uuid.uuid4().hex)
         """Tells this run from another of the same name (a resumed run keeps its checkpoint's)."""
@@ -229,6 +234,7 @@ class Trainer:
                 self.throughput.mark(state.timestamp.sample)
                 while not reached_max_duration(state):
                     self._train_epoch()
+                self._flush()
                 run(Event.FIT_END)
                 self._rank_traces = distributed.gather_traces(self.trace)
             except BaseException as err:
@@ -257,6 +263,7 @@ class Trainer:
             run(Event.BATCH_START)
             self._train_batch(samples)
             run(Event.BATCH_END)
+            self._flush(only_when_due=True)
             if self.eval_dataloader is not None and self.eval_interval.due_after_batch(state.timestamp):
                 self._evaluate(self.eval_dataloader)
             run(Event.BATCH_CHECKPOINT)
@@ -268,6 +275,7 @@ class Trainer:
         if state.timestamp.batch_in_epoch == 0:
             raise ValueError("train_dataloader yielded no batches this epoch; give it at least one batch "
                              "(check the dataset's length, batch_size and drop_last)")
+        self._flush()
         self.throughput.log(self.logger, state.timestamp.sample)
         state.timestamp = state.timestamp.to_next_epoch()
         run(Event.EPOCH_END)
@@ -297,14 +305,7 @@ class Trainer:
         if self.ddp.enabled:  # (one process: no collectives, nor asking torch.distributed for them)
             total_loss = distributed.mean_over_ranks(total_loss.detach(), samples)  # every rank agrees
             samples = distributed.sum_over_ranks(samples)
-        # The loss logged: a float when it is read anyway (one host read, to stop before a
-        # non-finite loss reaches the weights), else a detached tensor (no device sync).
-        if self.stop_on_nonfinite_loss:
-            logged = total_loss.item()
-            if not math.isfinite(logged):
-                raise_nonfinite_loss(logged, self.trace, state.timestamp, self._batch_seq)
-        else:
-            logged = total_loss.detach()
+        logged = self.nonfinite.watch(total_loss.detach(), self.trace, state.timestamp, self._batch_seq)
         if self.scaler is not None:
             for optimizer in state.optimizers:
                 self.scaler.unscale_(optimizer)
@@ -356,6 +357,15 @@ class Trainer:
         finally:
             guard.release()
 
+    def _flush(self, only_when_due: bool = False) -> None:
+        """Read the device on the host: the non-finite check, the logged tensors copied out in bulk;
+        ``only_when_due``: only every ``flush_interval`` batches and before a checkpoint."""
+        done, saver = self.state.timestamp, self.checkpoint_saver
+        due = done.batch % self.flush_interval == 0 or (saver is not None and saver.interval.due_after_batch(done))
+        if due or not only_when_due:
+            self.nonfinite.check(self.trace, done)
+            self.logger.flush()
+
     def _after_failure(self, err: BaseException) -> None:
         """Leave the trainer consistent after ``err`` ended a fit: a batch in flight is not
         applied (gradients cleared, kept to train again); the trace notes what happened."""
@@ -383,6 +393,7 @@ class Trainer:
     def _evaluate(self, dataloader: Any) -> dict[str, torch.Tensor]:
         """One evaluation: EVAL_BEFORE_ALL, the eval loop, its metrics logged, EVAL_AFTER_ALL."""
         run, metrics = self.engine.run_event, self.eval_metrics
+        self._flush()
         run(Event.EVAL_BEFORE_ALL)
         metrics.reset()
         seen = run_inference(self.engine, self.adapter, dataloader, EVAL_EVENTS, lambda state: metrics.update(

@@ -12,6 +12,7 @@ import torch
 from composer_lab import Callback, Event
 from composer_lab.trainer import NonFiniteLossError, load_checkpoint
 from composer_lab.trainer import checkpoint as checkpoint_module
+from composer_lab.trainer.failures import NonFiniteWatch
 
 from tests.trainer.helpers import OnEvent, make_trainer, tiny_data
 
@@ -195,17 +196,62 @@ class NaNAt(OnEvent):
         super().__init__(Event.AFTER_LOSS, poison)
 
 
-def test_nonfinite_loss_stops_before_the_step_and_names_the_culprit():
-    trainer = make_trainer(algorithms=[NaNAt(batch=2)])
+def test_nonfinite_loss_before_step_stops_before_the_step_and_names_the_culprit():
+    trainer = make_trainer(algorithms=[NaNAt(batch=2)], stop_on_nonfinite_loss="before_step")
     with pytest.raises(NonFiniteLossError) as info:
         trainer.fit()
     message = str(info.value)
-    assert "loss is nan at batch 2 (epoch 0, batch 2 of the epoch)" in message
+    assert "loss is nan at batch 2 (epoch 0, batch 2 of the epoch); the batch was not applied" in message
     assert "NaNAt at after_loss (changed loss)" in message
     assert "stop_on_nonfinite_loss=False" in message
     _assert_weights(trainer, _trained_for(2))
     assert all(torch.isfinite(p).all() for p in trainer.state.model.parameters())
     assert trainer.trace.notes["kind"].tolist() == ["nonfinite", "error"]
+
+
+@pytest.mark.parametrize("flush_interval, found_after", [(1, 1), (2, 1), (50, 2)])
+def test_nonfinite_loss_is_found_at_the_next_flush_and_names_its_batch(flush_interval, found_after):
+    """By default the check reads the device every flush_interval batches and at the epoch's end
+    (batch 2 here): the bad batch 1 and those up to the check were applied, and the error says so."""
+    nan_at = 1
+    trainer = make_trainer(algorithms=[NaNAt(batch=nan_at)], flush_interval=flush_interval)
+    with pytest.raises(NonFiniteLossError) as info:
+        trainer.fit()
+    message = str(info.value)
+    applied = found_after - nan_at + 1
+    found = "it was" if applied == 1 else f"it and the {applied - 1} batches after it were"
+    assert (f"loss is nan at batch 1 (epoch 0, batch 1 of the epoch); the check after batch {found_after} found it: "
+            f"{found} applied, so the weights may hold non-finite values") in message
+    assert "NaNAt at after_loss (changed loss)" in message  # that batch's calls, not the later ones'
+    assert "stop_on_nonfinite_loss='before_step'" in message
+    assert trainer.state.timestamp.batch == found_after + 1
+    assert trainer.trace.notes["kind"].tolist() == ["nonfinite", "error"]
+    assert f"{applied} batches applied from it on" in trainer.trace.notes["text"].iloc[0]
+
+
+def test_nonfinite_loss_is_found_before_a_checkpoint(tmp_path):
+    trainer = make_trainer(algorithms=[NaNAt(batch=0)], save_folder=tmp_path, save_interval="2ba")
+    with pytest.raises(NonFiniteLossError, match="the check after batch 1 found it"):
+        trainer.fit()
+    assert trainer.checkpoints == []
+
+
+def test_the_nonfinite_watch_reports_a_batch_once_and_reads_the_host_only_when_watching():
+    trainer = make_trainer(max_duration="1ba")
+    watch, trace, time = NonFiniteWatch(True), trainer.trace, trainer.state.timestamp
+    watch.check(trace, time)  # nothing watched: no host read, nothing to raise
+    watch.watch(torch.tensor(float("inf")), trace, time, 0)
+    watch.watch(torch.tensor(1.0), trace, time.to_next_batch(8), 0)
+    with pytest.raises(NonFiniteLossError, match="loss is inf at batch 0"):
+        watch.check(trace, time.to_next_batch(8).to_next_batch(8))
+    watch.check(trace, time)  # reported once
+    watch.watch(torch.tensor(2.0), trace, time, 0)
+    watch.check(trace, time)
+
+
+def test_stop_on_nonfinite_loss_rejects_other_values():
+    with pytest.raises(ValueError, match="'before_step'"):
+        make_trainer(stop_on_nonfinite_loss="always")
 
 
 def test_nonfinite_input_names_the_algorithm_that_changed_the_batch():
