@@ -223,8 +223,11 @@ class Engine:
         finally:
             if trace.recording:
                 ts = state.timestamp
-                trace.event_rows.append(  # an EventRecord's fields, as a plain tuple (see Trace)
+                rows = trace.event_rows
+                rows.append(  # an EventRecord's fields, as a plain tuple (see Trace)
                     (seq, event._value_, ts.epoch, ts.batch, ts.batch_in_epoch, state.microbatch, t0, _now(), asked))
+                if len(rows) >= trace.chunk_rows:
+                    trace.spill()  # a full chunk of rows goes to parquet: the trace's memory stays bounded
         return traces
 
     def _list_algorithms(self, algorithms: list) -> None:

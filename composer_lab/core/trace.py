@@ -1,9 +1,13 @@
 """The trace: a record of every event fired and every algorithm / callback call, as pandas.
 
 Rows go into plain Python lists during the run (one O(1) append per row, no pandas on the
-hot path); :attr:`Trace.events`, :attr:`Trace.invocations` and :attr:`Trace.notes` build
-DataFrames when read. The buffers survive an exception, so the trace of a run that failed
-is readable up to the failure.
+hot path). Every ``chunk_rows`` events :meth:`Trace.spill` turns them into columns and writes
+them to parquet (a :class:`~composer_lab.tables.ChunkStore`), so the memory a trace holds is
+bounded however long the run; at level 'all' an event keeps the labels of the algorithms that
+did not match as one dictionary-encoded value, not as rows. :meth:`Trace.query` reads only the
+chunks and rows a question needs; :attr:`Trace.events`, :attr:`Trace.invocations` and
+:attr:`Trace.notes` are the whole DataFrames. The rows survive an exception, so the trace of a
+run that failed is readable up to the failure.
 """
 
 from __future__ import annotations
@@ -13,10 +17,13 @@ import os
 import time
 from pathlib import Path
 from collections import namedtuple
-from typing import Any, Callable, Optional, Union
+from typing import Any, Optional, Union
 
+import numpy as np
 import pandas as pd
 
+from composer_lab import tables
+from composer_lab.tables import Bounds, read_parquet, write_parquet
 from composer_lab.core.event import _PHASE, Event
 
 __all__ = ["Trace", "TRACE_LEVELS", "EVENT_COLUMNS", "INVOCATION_COLUMNS", "NOTE_COLUMNS",
@@ -27,7 +34,7 @@ class EventRecord(namedtuple("EventRecord", "seq event epoch batch batch_in_epoc
     """One fired event, as the engine records it: ``event`` is the Event's value, ``t_start`` and
     ``t_end`` perf_counter readings; ``asked``, at level 'all', the labels of the algorithms
     listening at this event (those without an invocation at ``seq`` did not match: worked out
-    when read, so the run pays nothing more), else None."""
+    when spilled or read, so the run pays nothing more), else None."""
 
     __slots__ = ()
 
@@ -48,9 +55,8 @@ class NoteRecord(namedtuple("NoteRecord", "seq epoch batch kind text")):
     __slots__ = ()
 
 
-TRACE_FORMAT = "composer_lab.trace/2"
-"""What :meth:`Trace.save` writes into trace.json: 2 since ``changed`` is a list column and exit
-codes JSON text."""
+TRACE_FORMAT = "composer_lab.trace/3"
+"""What :meth:`Trace.save` writes into trace.json: 3 since the rows are parquet chunks."""
 
 TRACE_LEVELS = ("all", "ran", "off")
 """'all': every event and call, also the ``match`` calls that said no; 'ran': events and the
@@ -71,28 +77,37 @@ _DTYPES = {
 """Each frame's columns, in order, and their dtypes (``name``'s categories are the trace's labels)."""
 
 EVENT_COLUMNS, INVOCATION_COLUMNS, NOTE_COLUMNS = (tuple(columns) for columns in _DTYPES.values())
+_STORED = {table: {col: "strings" if col == "changed" else str(dtype) for col, dtype in _DTYPES[table].items()
+                   if col not in ("phase", "cls", "matched")} for table in ("events", "invocations")}
+_STORED["events"]["unmatched"], _STORED["invocations"]["epoch"] = "string", "int64"
+"""The columns of a chunk, as the frames' without those worked out when read (``phase``, ``cls``,
+``matched``): only calls that ran are rows, and an event's ``unmatched`` holds the labels,
+space-separated, of the algorithms that did not match there (level 'all'); calls carry their
+event's ``epoch``, so both tables filter on it; exit codes are JSON text."""
+_KEYS = dict.fromkeys(_STORED, ("seq", "batch", "epoch"))
+"""The columns whose range each chunk notes, to skip the chunks a query cannot need."""
 
 
 class Trace:
-    """What happened in a run, in order. ``level`` is one of :data:`TRACE_LEVELS`."""
+    """What happened in a run, in order. ``level`` is one of :data:`TRACE_LEVELS`. Every
+    ``chunk_rows`` events the rows in memory go to a parquet chunk in ``folder`` (default: a
+    temporary folder removed with the trace; a trainer with a ``save_folder`` moves them there)."""
 
-    def __init__(self, level: str = "all") -> None:
+    def __init__(self, level: str = "all", folder: Union[str, os.PathLike, None] = None,
+                 chunk_rows: int = 1 << 16) -> None:
         if level not in TRACE_LEVELS:
             raise ValueError(f"trace level {level!r} is not one of {TRACE_LEVELS}: 'all' records also "
                              f"the algorithms that did not match, 'ran' only what ran, 'off' nothing")
-        self.level = level
-        self.recording = level != "off"  # (plain attributes, read at every event)
-        self.records_unmatched = level == "all"
-        self.seq = -1
-        self._t0 = time.perf_counter()
+        self.level, self.chunk_rows, self.seq, self._t0 = level, chunk_rows, -1, time.perf_counter()
+        self.recording, self.records_unmatched = level != "off", level == "all"  # (plain: read at every event)
         self.event_rows: list[tuple] = []
         self.invocation_rows: list[tuple] = []
         self._notes: list[tuple] = []
-        self._labels: dict[int, tuple[Any, str]] = {}
-        self._label_counts: dict[str, int] = {}
+        self._store, self._tail = tables.ChunkStore(folder, _KEYS), (None, {})  # (the rows in memory as columns)
+        self._labels, self._label_counts, self._classes = {}, {}, {}  # id -> (obj, label), cls -> count, label -> cls
         self._cache: dict[str, tuple[tuple, pd.DataFrame]] = {}
         self.meta: dict[str, Any] = {}
-        self._loaded: Optional[dict[str, pd.DataFrame]] = None
+        self._loaded: Optional[dict[str, pd.DataFrame]] = None  # frames given to from_frames
 
     # -- recording (called by the engine) ---------------------------------------------------
     def label(self, obj: Any) -> str:
@@ -103,6 +118,7 @@ class Trace:
             cls = type(obj).__name__
             count = self._label_counts[cls] = self._label_counts.get(cls, 0) + 1
             entry = self._labels[id(obj)] = (obj, cls if count == 1 else f"{cls}#{count}")
+            self._classes[entry[1]] = cls
         return entry[1]
 
     # -- rows (appended by the engine) -------------------------------------------------------
@@ -110,148 +126,152 @@ class Trace:
     # would cost more than the row), as plain tuples in the field order of EventRecord and
     # InvocationRecord: the garbage collector stops tracking a plain tuple of numbers and strings,
     # not a tuple subclass, and a long trace of tracked rows made every collection, so every
-    # row, about ten times slower. Read them as records (by name) with the methods below.
-    def event_records(self) -> list[EventRecord]:
-        """The fired events so far, as records."""
-        return list(map(EventRecord._make, self.event_rows))
-
-    def invocation_records(self) -> list[InvocationRecord]:
-        """The calls so far, as records."""
-        return list(map(InvocationRecord._make, self.invocation_rows))
-
+    # row, about ten times slower. Read them as records by name: EventRecord._make(row). Every
+    # chunk_rows events the engine calls spill(), which writes them to parquet and empties the lists.
     def note(self, kind: str, text: str, timestamp: Any = None) -> None:
         """Record something that is not an event: a setting changed from a widget, an
         interruption, a resumed checkpoint. It is tied to the last event fired."""
         epoch, batch = (timestamp.epoch, timestamp.batch) if timestamp is not None else (None, None)
         self._notes.append((self.seq, epoch, batch, kind, text))
 
+    def spill(self) -> None:
+        """Write the rows in memory as one parquet chunk per table and empty the lists (in place,
+        so a call in flight appends to the new chunk). The engine calls it every ``chunk_rows`` events."""
+        self._store.write(self._columns())
+        del self.event_rows[:], self.invocation_rows[:]
+
+    def spill_to(self, folder: Union[str, os.PathLike]) -> None:
+        """Keep the chunks in ``folder`` from now on, moving those written so far (a trainer's
+        ``save_folder``, where its checkpoints refer to them)."""
+        self._store.move_to(folder)
+
+    def _columns(self) -> dict[str, Any]:
+        """The rows in memory as arrow tables laid out as the chunks (:data:`_STORED`)."""
+        key = (len(self.event_rows), len(self.invocation_rows), len(self._store.chunks))
+        if self._tail[0] != key:
+            self._tail = (key, _stored(self.event_rows, self.invocation_rows, self._t0))
+        return self._tail[1]
+
     # -- reading ----------------------------------------------------------------------------
     @property
     def events(self) -> pd.DataFrame:
         """One row per fired event: ``seq``, ``phase``, ``event``, ``epoch``, ``batch`` (global),
         ``batch_in_epoch``, ``microbatch``, ``t_start`` (s since the trace began), ``duration`` (s)."""
-        return self._frame("events", self._build_events)
+        return self._frame("events")
 
     @property
     def invocations(self) -> pd.DataFrame:
         """One row per algorithm or callback call: ``seq`` (the event's), ``event``, ``batch``,
         ``name`` (unique per instance), ``cls``, ``kind``, ``matched``, ``order`` (position after
-        the passes), ``exit_code`` (what ``apply`` returned, as returned), ``duration`` (s),
+        the passes), ``exit_code`` (what ``apply`` returned, as JSON reads it back: what JSON
+        cannot hold, as its repr), ``duration`` (s),
         ``changed`` (a tuple of the State fields replaced or mutated in place), ``error``. At
         level 'all', algorithms whose ``match`` said no appear with ``matched=False``."""
-        return self._frame("invocations", self._build_invocations)
+        return self._frame("invocations")
 
     @property
     def notes(self) -> pd.DataFrame:
         """Annotations: ``seq`` of the last event before them, ``epoch``, ``batch``, ``kind``, ``text``."""
-        return self._frame("notes", self._build_notes)
+        return self._frame("notes")
 
-    def _frame(self, key: str, build: Callable[[], pd.DataFrame]) -> pd.DataFrame:
+    def _frame(self, key: str) -> pd.DataFrame:
         """The DataFrame ``key``, built again only when rows were added since it was built."""
         if self._loaded is not None:
             return self._loaded[key]
-        sizes = (len(self.event_rows), len(self.invocation_rows), len(self._notes))
-        cached = self._cache.get(key)
-        if cached is None or cached[0] != sizes:
-            cached = self._cache[key] = (sizes, build())
-        return cached[1]
+        sizes = (len(self._store.chunks), len(self.event_rows), len(self.invocation_rows), len(self._notes))
+        if self._cache.get(key, (None,))[0] != sizes:
+            self._cache[key] = (sizes, self.query(key) if key != "notes" else pd.DataFrame.from_records(
+                self._notes, columns=NOTE_COLUMNS).astype(_DTYPES["notes"]))
+        return self._cache[key][1]
 
-    def _build_events(self) -> pd.DataFrame:
-        t0 = self._t0
-        rows = [(r.seq, _PHASE_OF[r.event], r.event, r.epoch, r.batch, r.batch_in_epoch, r.microbatch,
-                 r.t_start - t0, r.t_end - r.t_start) for r in self.event_records()]
-        df = pd.DataFrame.from_records(rows, columns=list(EVENT_COLUMNS))
-        df = df.sort_values("seq", kind="stable", ignore_index=True)
-        return df.astype(_DTYPES["events"])
+    def query(self, table: str = "invocations", batches: Bounds = None, seqs: Bounds = None, epoch: Any = None,
+              event: Any = None, name: Any = None, matched: Optional[bool] = None) -> pd.DataFrame:
+        """The rows of ``table`` ('events' or 'invocations', as in those frames) with ``batch`` in
+        ``batches`` and ``seq`` in ``seqs`` (half-open ``(lo, hi)``), at ``epoch``, at ``event``
+        and of ``name`` (each a value or a list), and ``matched`` (True: calls that ran, False:
+        algorithms that did not match, None: both). Reads only the chunks whose ranges meet
+        the question, with the filter pushed into the parquet read, and the rows in memory."""
+        event, name = ([v] if isinstance(v, str) else v for v in (event, name))
+        ranges = {"batch": batches, "seq": seqs, "epoch": None if epoch is None else (epoch, epoch + 1)}
+        if table == "events":
+            found = self._read("events", ranges, {"event": event}).sort_values("seq", kind="stable", ignore_index=True)
+            return found.assign(phase=found["event"].map(_PHASE_OF))[list(EVENT_COLUMNS)].astype(_DTYPES["events"])
+        ran = self._read("invocations", ranges, {"event": event, "name": name}) if matched is not False else None
+        missed = None if matched is True else tables.explode(self._read("events", ranges, {"event": event}, [
+            "seq", "event", "batch", "unmatched"]), "unmatched", "name", "_at", name)
+        calls = pd.concat([ran, missed], ignore_index=True).reindex(columns=[*_STORED["invocations"], "_at"])
+        calls = calls.sort_values(["seq", "order", "_at"], kind="stable")  # within an event: what ran, then what not
+        ran = calls["order"].notna()
+        calls = tables.decoded(calls).assign(cls=calls["name"].map(self._classes), matched=ran,
+                                             kind=np.where(ran, calls["kind"], "algorithm"))
+        dtypes = {**_DTYPES["invocations"], "name": pd.CategoricalDtype(list(self._classes)),
+                  "cls": pd.CategoricalDtype(sorted(set(self._classes.values())))}
+        return calls[list(INVOCATION_COLUMNS)].reset_index(drop=True).astype(dtypes)
 
-    def _build_invocations(self) -> pd.DataFrame:
-        # Within an event: what ran, in its order, then what did not match, in list order.
-        cls = {label: type(obj).__name__ for obj, label in self._labels.values()}
-        calls = self.invocation_records()
-        rows = [((r.seq, 0, r.order), r.seq, r.event, r.batch, r.name, cls[r.name], r.kind, True, r.order,
-                 r.exit_code, r.duration, r.changed, r.error) for r in calls]
-        ran = {(r.seq, r.name) for r in calls if r.kind == "algorithm"}
-        rows += [((e.seq, 1, pos), e.seq, e.event, e.batch, name, cls[name], "algorithm", False, None, None, None,
-                  (), None)
-                 for e in self.event_records() for pos, name in enumerate(e.asked or ())
-                 if (e.seq, name) not in ran]
-        rows.sort(key=lambda r: r[0])
-        df = pd.DataFrame.from_records([r[1:] for r in rows], columns=list(INVOCATION_COLUMNS))
-        names = [label for _, label in self._labels.values()]
-        return df.astype({**_DTYPES["invocations"], "name": pd.CategoricalDtype(names)})
-
-    def _build_notes(self) -> pd.DataFrame:
-        df = pd.DataFrame.from_records(self._notes, columns=list(NOTE_COLUMNS))
-        return df.astype(_DTYPES["notes"])
+    def _read(self, table: str, ranges: dict, among: dict, columns: Optional[list] = None) -> pd.DataFrame:
+        return self._store.read(table, _STORED[table], ranges, among, columns, self._columns().get(table)).to_pandas()
 
     # -- persistence --------------------------------------------------------------------------
     def save(self, folder: Union[str, os.PathLike]) -> Path:
-        """Write events, invocations and notes as parquet files (plus trace.json) in ``folder``."""
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        for name in ("events", "invocations", "notes"):
-            write_parquet(getattr(self, name), folder / f"{name}.parquet")
-        info = {"format": TRACE_FORMAT, "level": self.level, "meta": self.meta,
-                "names": list(self.invocations["name"].cat.categories)}
-        (folder / "trace.json").write_text(json.dumps(info, default=str))
+        """Write the trace to ``folder``: its chunks (hard links where the file system allows),
+        the rows in memory as one more chunk per table, notes.parquet and trace.json."""
+        folder, chunks = Path(folder), self._store.saved_into(folder, self._columns())
+        write_parquet(self.notes, folder / "notes.parquet")
+        (folder / "trace.json").write_text(json.dumps(self._info(chunks)))
         return folder
+
+    def checkpoint(self) -> dict[str, Any]:
+        """The trace as plain values for a checkpoint: its chunks by reference (their files stay
+        where they are), the rows in memory and the notes as parquet bytes, so its size and
+        the time to write it do not grow with the run. :meth:`from_checkpoint` reads it."""
+        return {**self._info([]), **self._store.snapshot(self._columns()), "notes": self.notes.to_parquet()}
+
+    def _info(self, chunks: list) -> dict[str, Any]:
+        return json.loads(json.dumps({"format": TRACE_FORMAT, "level": self.level, "meta": self.meta,
+                                      "classes": self._classes, "chunks": chunks}, default=str))
 
     @classmethod
     def load(cls, folder: Union[str, os.PathLike]) -> "Trace":
         """Read a trace written by :meth:`save`; its DataFrames equal the saved ones."""
-        folder = Path(folder)
-        missing = [n for n in ("events.parquet", "invocations.parquet", "notes.parquet", "trace.json")
-                   if not (folder / n).exists()]
-        if missing:
-            raise FileNotFoundError(f"{folder} is not a saved trace: {', '.join(missing)} missing; "
-                                    f"write one with Trace.save(folder) or Trainer(save_folder=...)")
-        info = json.loads((folder / "trace.json").read_text())
-        if info.get("format") != TRACE_FORMAT:
-            raise ValueError(f"{folder} holds a trace saved by an older composer_lab (format "
-                             f"{info.get('format', 1)!r}, not {TRACE_FORMAT!r}: 'changed' as text); run it again "
-                             f"and save it with this version")
-        # Parquet keeps dtypes, except the categories of empty columns: restore them.
-        frames = {name: read_parquet(folder / f"{name}.parquet").astype(dtypes) for name, dtypes in _DTYPES.items()}
-        frames["invocations"]["name"] = frames["invocations"]["name"].astype(pd.CategoricalDtype(info["names"]))
-        trace = cls.from_frames(info["level"], **frames)
-        trace.meta = info.get("meta", {})
+        folder = Path(folder).resolve()
+        if not (folder / "trace.json").is_file():
+            raise FileNotFoundError(f"{folder} is not a saved trace: trace.json missing; write one with "
+                                    f"Trace.save(folder) or Trainer(save_folder=...)")
+        info = {**json.loads((folder / "trace.json").read_text()), "folder": str(folder), "tail": {}}
+        return cls.from_checkpoint({**info, "notes": (folder / "notes.parquet").read_bytes()})
+
+    @classmethod
+    def from_checkpoint(cls, saved: dict[str, Any]) -> "Trace":
+        """The trace :meth:`checkpoint` gave (or :meth:`load` read), readable and queryable as it was."""
+        if saved.get("format") != TRACE_FORMAT:
+            raise ValueError(f"{saved.get('folder')} holds a trace saved by an older composer_lab (format "
+                             f"{saved.get('format', 1)!r}, not {TRACE_FORMAT!r}); run it again and save it with "
+                             f"this version")
+        trace = cls(saved["level"])
+        trace._classes, trace.meta = saved["classes"], saved.get("meta", {})
+        trace._store = tables.ChunkStore.restored(saved, _KEYS)
+        trace._notes = list(tables.table_from_bytes(saved["notes"]).to_pandas().itertuples(index=False, name=None))
         return trace
 
     @classmethod
     def from_frames(cls, level: str = "all", **frames: pd.DataFrame) -> "Trace":
         """A trace that reads the frames given (``events``, ``invocations``, ``notes``; a missing
-        one is empty) instead of recording: a loaded trace, or frames handed to the lab."""
+        one is empty) instead of recording: frames handed to the lab."""
         trace = cls(level)
         trace._loaded = {**{name: getattr(trace, name) for name in _DTYPES}, **frames}
         return trace
 
     def __repr__(self) -> str:
-        return (f"Trace(level={self.level!r}, events={len(self.event_rows)}, "
-                f"invocations={len(self.invocation_rows)}, unmatched_calls="
-                f"{sum(len(r.asked or ()) for r in self.event_records())}, notes={len(self._notes)})")
+        return f"Trace({self.level!r}, chunks={len(self._store.chunks)}, events in memory={len(self.event_rows)})"
 
 
-def write_parquet(frame: pd.DataFrame, target: Any) -> None:
-    """Write a trace frame (or any frame) to parquet, ``target`` a path or a binary file: an
-    ``exit_code`` column goes as JSON text, so whatever ``apply`` returned can be written (what
-    JSON cannot hold, as its repr); ``changed`` is a native list column. :func:`read_parquet`
-    reads it back. Every writer of trace frames (Trace.save, checkpoints, runs) goes through it."""
-    if "exit_code" in frame.columns:
-        codes = [None if code is None else json.dumps(code, default=repr) for code in frame["exit_code"]]
-        frame = frame.assign(exit_code=pd.Series(codes, index=frame.index, dtype="string"))
-    frame.to_parquet(target, index=False)
-
-
-def read_parquet(source: Any) -> pd.DataFrame:
-    """Read what :func:`write_parquet` wrote: exit codes as the values they were, ``changed``
-    as tuples of field names."""
-    frame = pd.read_parquet(source)
-    if "changed" in frame.columns:
-        if any(isinstance(fields, str) for fields in frame["changed"]):
-            raise ValueError("these trace frames were written by an older composer_lab ('changed' as text); "
-                             "run the experiment again with this version")
-        frame["changed"] = pd.Series([tuple(fields) for fields in frame["changed"]], index=frame.index, dtype=object)
-    if "exit_code" in frame.columns:
-        frame["exit_code"] = pd.Series([None if pd.isna(code) else json.loads(code) for code in frame["exit_code"]],
-                                       index=frame.index, dtype=object)
-    return frame
+def _stored(events: list, calls: list, t0: float) -> dict[str, Any]:
+    """Rows of the engine as arrow tables laid out as the chunks; an event's ``asked`` becomes
+    ``unmatched``, the labels of those asked without a call at its seq."""
+    ev, cl = list(zip(*events)) or [()] * 9, list(zip(*calls)) or [()] * 10
+    t_start = np.asarray(ev[6], dtype=float)
+    missed = tables.absent(ev[0], ev[8], [(call[0], call[3]) for call in calls if call[4] == "algorithm"])
+    epoch = list(map(dict(zip(ev[0], ev[2])).get, cl[0]))  # (None for a call whose event is still running)
+    return {"events": tables.to_table([*ev[:6], t_start - t0, np.asarray(ev[7], dtype=float) - t_start, missed],
+                                      _STORED["events"]),
+            "invocations": tables.to_table([*cl[:6], tables.to_json(cl[6]), *cl[7:], epoch], _STORED["invocations"])}

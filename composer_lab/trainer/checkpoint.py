@@ -16,7 +16,7 @@ import torch
 
 from composer_lab.core.callback import Callback
 from composer_lab.core.time import Timestamp
-from composer_lab.core.trace import read_parquet, write_parquet
+from composer_lab.core.trace import Trace, read_parquet, write_parquet
 from composer_lab.trainer import distributed
 from composer_lab.trainer.distributed import barrier
 from composer_lab.trainer.interval import Interval
@@ -28,6 +28,8 @@ __all__ = ["CHECKPOINT_FORMAT", "CheckpointError", "CheckpointNotFoundError", "C
 CHECKPOINT_FORMAT = "composer_lab.checkpoint/1"
 OWNER_FILE = "run.json"
 """In a save_folder: which run its checkpoints belong to."""
+TRACE_CHUNKS = "trace_chunks"
+"""In a save_folder: the trace's spilled chunks, which its checkpoints refer to (never rewritten)."""
 _REQUIRED = ("format", "model", "optimizers", "schedulers", "timestamp", "rng", "algorithms",
              "metrics", "trace")
 
@@ -159,6 +161,8 @@ def training_payload(trainer: Any) -> Optional[dict[str, Any]]:
     rank_rng = distributed.gather_object({"rng": rng_state(), "generators": state.generator_states()})
     if rank_rng is None:
         return None
+    if trainer.checkpoint_saver is not None:  # the trace's chunks go beside the checkpoints that refer to them
+        trace.spill_to(trainer.checkpoint_saver.folder / TRACE_CHUNKS)
     return {
         "run_name": state.run_name,
         "run_id": trainer.run_id,
@@ -175,7 +179,7 @@ def training_payload(trainer: Any) -> Optional[dict[str, Any]]:
         "algorithms": _named_states(state.algorithms, trace),
         "callbacks": _named_states(state.callbacks, trace),
         "metrics": frame_to_bytes(trainer.metrics),
-        "trace": {name: frame_to_bytes(getattr(trace, name)) for name in distributed.TRACE_FRAMES},
+        "trace": trace.checkpoint(),  # its spilled chunks by reference and the rows in memory: bounded
         **({"rank_rng": rank_rng} if len(rank_rng) > 1 else {}),
     }
 
@@ -190,9 +194,17 @@ def resume(trainer: Any, path: Union[str, os.PathLike]) -> None:
     trainer.run_id = ckpt.get("run_id", trainer.run_id)
     trainer.feed.resume_random_state(distributed.rank_random_state(ckpt))
     trainer.logger.load_metrics(_unlogged(frame_from_bytes(ckpt["metrics"]), trainer.metrics))
-    trainer.resumed_from = {"path": str(path), "trace": {k: frame_from_bytes(v) for k, v in ckpt["trace"].items()}}
+    trainer.resumed_from = {"path": str(path), "trace": _saved_trace(ckpt["trace"])}
     ts = state.timestamp
     trainer.trace.note("load", f"resumed from {path} at epoch {ts.epoch}, batch {ts.batch}", ts)
+
+
+def _saved_trace(saved: dict[str, Any]) -> Trace:
+    """The trace a checkpoint holds: its chunks, read when asked, and its rows in memory then (a
+    checkpoint written before the trace spilled holds its whole frames)."""
+    if "format" in saved:
+        return Trace.from_checkpoint(saved)
+    return Trace.from_frames(**{name: frame_from_bytes(data) for name, data in saved.items()})
 
 
 def _restore_training(ckpt: dict[str, Any], path: Any, state: Any, trace: Any, scaler: Any) -> None:

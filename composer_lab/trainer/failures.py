@@ -138,9 +138,8 @@ def raise_nonfinite_loss(loss: float, trace: Any, timestamp: Any, since_seq: int
     batches, that one and the ones after it, were applied before the check (0: none)."""
     calls = None
     if trace.recording:
-        calls = trace.invocations
-        calls = calls[calls["seq"].between(since_seq, until_seq)
-                      & calls["changed"].map(lambda fields: bool({"batch", "outputs", "loss"} & set(fields)))]
+        calls = trace.query("invocations", seqs=(since_seq, until_seq + 1), matched=True)  # that batch's rows only
+        calls = calls[calls["changed"].map(lambda fields: bool({"batch", "outputs", "loss"} & set(fields)))]
     done = f"{applied} batches applied from it on" if applied else "stopped before the optimizer step"
     trace.note("nonfinite", f"loss {loss} at batch {timestamp.batch}; {done}", timestamp)
     raise NonFiniteLossError(nonfinite_loss_message(loss, timestamp, calls, applied))

@@ -305,9 +305,9 @@ def traced_run(algorithms: list, callbacks: list, level: str, steps: list) -> Tr
 
 
 def saved_and_loaded(trace: Trace) -> Trace:
-    with tempfile.TemporaryDirectory() as folder:
-        trace.save(folder)
-        return Trace.load(folder)
+    folder = tempfile.mkdtemp()  # kept: a loaded trace reads its chunks when asked
+    trace.save(folder)
+    return Trace.load(folder)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -1,0 +1,244 @@
+"""Column chunks: a table too long to hold in memory, kept as immutable parquet files written as
+it grows, and read back with only the rows a question needs.
+
+A :class:`ChunkStore` writes each full chunk to a uniquely named file in its folder (a folder
+given, or a temporary one removed when the store is collected) and remembers, per chunk, its
+row count and the smallest and largest value of a few key columns; :meth:`ChunkStore.read`
+skips the chunks whose key ranges miss the question and pushes the rest of the filter into the
+parquet read. The trace (:mod:`composer_lab.core.trace`) spills its rows through it.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+import operator
+import os
+import shutil
+import tempfile
+import uuid
+import weakref
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Optional, Sequence, Union
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+__all__ = ["ChunkStore", "Bounds", "to_table", "where", "table_to_bytes", "table_from_bytes", "explode", "to_json",
+           "write_parquet", "read_parquet", "decoded", "absent"]
+
+Bounds = Optional[tuple[Any, Any]]
+"""A half-open range ``(lo, hi)`` of a column's values (either end None: open), or None: any."""
+
+_TYPES = {"int64": pa.int64(), "Int64": pa.int64(), "float64": pa.float64(), "string": pa.string(),
+          "category": pa.string(), "object": pa.string(), "strings": pa.list_(pa.string())}
+"""Column types by name: pandas dtype names (nullable or categorical as their values), and
+'strings', a list of strings."""
+
+
+def to_table(columns: Sequence[Sequence[Any]], types: Mapping[str, str]) -> pa.Table:
+    """An arrow table of ``columns`` (one sequence per name in ``types``, in order), each of the
+    type named there (:data:`_TYPES`); given types keep the schema of a chunk the same when a
+    column holds only nulls."""
+    schema = _schema(types)
+    return pa.table([pa.array(col, type=field.type) for col, field in zip(columns, schema)], schema=schema)
+
+
+def _schema(types: Mapping[str, str]) -> pa.Schema:
+    return pa.schema([(name, _TYPES[kind]) for name, kind in types.items()])
+
+
+def where(ranges: Mapping[str, Bounds], among: Mapping[str, Optional[Sequence[Any]]]) -> Optional[ds.Expression]:
+    """The filter: each column of ``ranges`` in its range, each of ``among`` one of its values
+    (None: no condition); None when there is no condition at all."""
+    parts = [ds.field(col).isin(list(values)) for col, values in among.items() if values is not None]
+    for col, bounds in ranges.items():
+        lo, hi = bounds if bounds is not None else (None, None)
+        parts += [ds.field(col) >= lo] if lo is not None else []
+        parts += [ds.field(col) < hi] if hi is not None else []
+    return functools.reduce(operator.and_, parts) if parts else None
+
+
+def _overlaps(chunk: Mapping[str, Any], ranges: Mapping[str, Bounds]) -> bool:
+    """Whether ``chunk`` may hold a row in ``ranges`` (by its key columns' smallest and largest values)."""
+    for col, bounds in ranges.items():
+        if bounds is None or col not in chunk["min"] or chunk["min"][col] is None:
+            continue
+        lo, hi = bounds
+        if (lo is not None and chunk["max"][col] < lo) or (hi is not None and chunk["min"][col] >= hi):
+            return False
+    return True
+
+
+def table_to_bytes(table: pa.Table) -> bytes:
+    """``table`` as parquet bytes (for a checkpoint, which holds plain values)."""
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer)
+    return buffer.getvalue()
+
+
+def table_from_bytes(data: bytes) -> pa.Table:
+    return pq.read_table(io.BytesIO(data))
+
+
+class ChunkStore:
+    """Immutable parquet chunks of named tables in one folder. ``keys`` names, per table, the
+    columns whose range each chunk notes. ``chunks`` lists them in the order written, as plain
+    values: ``table``, ``file`` (its name in the folder), ``rows``, and the ``min`` and ``max``
+    of the key columns. Files are never rewritten, so another store (a checkpoint's, a saved
+    trace's) may refer to them too."""
+
+    def __init__(self, folder: Union[str, os.PathLike, None], keys: Mapping[str, Sequence[str]],
+                 chunks: Sequence[dict] = ()) -> None:
+        self.folder = Path(folder) if folder is not None else None
+        self.keys = keys
+        self.chunks = list(chunks)
+        self.tail: dict[str, pa.Table] = {}
+        """Rows not written as chunks, kept with the store (a restored checkpoint's)."""
+        self._cleanup: Optional[weakref.finalize] = None
+
+    def _target(self) -> Path:
+        """The folder to write into: a temporary one, made at the first write when none was
+        given and removed when this store is collected."""
+        if self.folder is None:
+            self.folder = Path(tempfile.mkdtemp(prefix="composer_lab-chunks-"))
+            self._cleanup = weakref.finalize(self, shutil.rmtree, str(self.folder), True)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        return self.folder
+
+    def write(self, data: Mapping[str, pa.Table]) -> None:
+        """Write each non-empty table of ``data`` (name to rows) as a new chunk of that table."""
+        for table, rows in data.items():
+            if rows.num_rows:
+                file = f"{table}-{uuid.uuid4().hex[:16]}.parquet"
+                pq.write_table(rows, self._target() / file)
+                bounds = {key: pc.min_max(rows[key]).as_py() for key in self.keys[table]}
+                self.chunks.append({"table": table, "file": file, "rows": rows.num_rows,
+                                    "min": {k: b["min"] for k, b in bounds.items()},
+                                    "max": {k: b["max"] for k, b in bounds.items()}})
+
+    def read(self, table: str, types: Mapping[str, str], ranges: Mapping[str, Bounds] = {},
+             among: Mapping[str, Optional[Sequence[Any]]] = {}, columns: Optional[list[str]] = None,
+             tail: Optional[pa.Table] = None) -> pa.Table:
+        """The rows of ``table`` (its columns typed as in :func:`to_table`) in ``ranges`` and
+        ``among`` (see :func:`where`), from the chunks that may hold them and from ``tail``
+        (rows not written yet, after this store's own :attr:`tail`), in that order."""
+        expr, schema = where(ranges, among), _schema(types)
+        paths = [str(self.folder / c["file"]) for c in self.chunks if c["table"] == table and _overlaps(c, ranges)]
+        parts = [pq.read_table(path, columns=columns, filters=expr, schema=schema) for path in paths]
+        for rows in (self.tail.get(table), tail):
+            if rows is not None:
+                rows = rows.filter(expr) if expr is not None else rows
+                parts.append(rows.select(columns) if columns is not None else rows)
+        if not parts:
+            return pa.table({name: pa.array([], schema.field(name).type) for name in columns or schema.names})
+        return pa.concat_tables(parts)
+
+    def move_to(self, folder: Union[str, os.PathLike]) -> None:
+        """Write into ``folder`` from now on, and move the chunks written so far there."""
+        folder = Path(folder)
+        if self.folder is not None and folder.resolve() != self.folder.resolve():
+            folder.mkdir(parents=True, exist_ok=True)
+            for chunk in self.chunks:
+                shutil.move(str(self.folder / chunk["file"]), str(folder / chunk["file"]))
+        self.folder = folder
+
+    def saved_into(self, folder: Union[str, os.PathLike], tail: Mapping[str, pa.Table]) -> list[dict]:
+        """Put every chunk in ``folder`` (hard links, copies across file systems: the files are
+        immutable, so both stores may read them) and ``tail`` as new chunks; the chunks there."""
+        saved = ChunkStore(folder, self.keys, self.chunks)
+        target = saved._target()
+        for chunk in self.chunks:
+            if not (target / chunk["file"]).exists():
+                try:
+                    os.link(self.folder / chunk["file"], target / chunk["file"])
+                except OSError:
+                    shutil.copyfile(self.folder / chunk["file"], target / chunk["file"])
+        saved.write(self._with_tail(tail))
+        return saved.chunks
+
+    def snapshot(self, tail: Mapping[str, pa.Table]) -> dict[str, Any]:
+        """The store as plain values (for a checkpoint): its folder, its chunks by reference and
+        ``tail`` as parquet bytes; its size does not grow with the chunks' rows. :meth:`restored` reads it."""
+        folder = None if self.folder is None else str(self.folder.resolve())
+        tail = {name: table_to_bytes(rows) for name, rows in self._with_tail(tail).items()}
+        return {"folder": folder, "chunks": self.chunks, "tail": tail}
+
+    def _with_tail(self, tail: Mapping[str, pa.Table]) -> dict[str, pa.Table]:
+        """This store's own :attr:`tail` followed by ``tail``, per table."""
+        return {name: pa.concat_tables([rows[name] for rows in (self.tail, tail) if name in rows])
+                for name in {**self.tail, **tail}}
+
+    @classmethod
+    def restored(cls, saved: Mapping[str, Any], keys: Mapping[str, Sequence[str]]) -> "ChunkStore":
+        """The store a :meth:`snapshot` describes, its ``tail`` read back."""
+        store = cls(saved["folder"], keys, saved["chunks"])
+        store.tail = {name: table_from_bytes(data) for name, data in saved["tail"].items()}
+        return store
+
+def explode(frame: pd.DataFrame, column: str, into: str, position: str,
+            keep: Optional[Sequence[str]] = None) -> pd.DataFrame:
+    """One row per label in ``column`` (labels separated by spaces; null: no row) of each row of
+    ``frame``, the label in ``into`` and its place among them in ``position``; the other
+    columns repeated; only the labels in ``keep`` if given. Splits each distinct value once, so
+    a dictionary-like column is cheap."""
+    frame = frame[frame[column].notna()]
+    codes, values = pd.factorize(frame[column])
+    parts = [frame.iloc[:0].drop(columns=column).assign(**{into: "", position: 0})]
+    for code, value in enumerate(values):
+        labels = value.split(" ")
+        rows = frame.iloc[np.repeat(np.flatnonzero(codes == code), len(labels))].drop(columns=column)
+        times = len(rows) // len(labels)
+        parts.append(rows.assign(**{into: labels * times, position: list(range(len(labels))) * times}))
+    rows = pd.concat(parts, ignore_index=True)
+    return rows if keep is None else rows[rows[into].isin(keep)]
+
+
+def absent(keys: Sequence[Any], asked: Sequence[Optional[tuple]], present: Iterable[tuple[Any, str]]) -> list:
+    """For each row, given by its key and the labels asked about there (None: none), the labels
+    with no ``(key, label)`` in ``present``, space-separated (None: none absent): a compact
+    column that :func:`explode` turns back into rows. Each distinct question is answered once."""
+    found: dict[Any, tuple] = {}
+    for key, label in present:
+        found[key] = found.get(key, ()) + (label,)
+    answer = functools.cache(lambda labels, there: " ".join(n for n in labels if n not in there) or None)
+    return [None if labels is None else answer(labels, found.get(key, ())) for key, labels in zip(keys, asked)]
+
+
+def to_json(values: Any) -> list:
+    """``values`` as JSON text, None kept (what JSON cannot hold, as its repr)."""
+    return [None if value is None else json.dumps(value, default=repr) for value in values]
+
+
+def write_parquet(frame: pd.DataFrame, target: Any) -> None:
+    """Write a trace frame (or any frame) to parquet, ``target`` a path or a binary file: an
+    ``exit_code`` column goes as JSON text (:func:`to_json`), so whatever ``apply`` returned can
+    be written; ``changed`` is a native list column. :func:`read_parquet` reads it back."""
+    if "exit_code" in frame.columns:
+        frame = frame.assign(exit_code=pd.Series(to_json(frame["exit_code"]), index=frame.index, dtype="string"))
+    frame.to_parquet(target, index=False)
+
+
+def read_parquet(source: Any) -> pd.DataFrame:
+    """Read what :func:`write_parquet` wrote, :func:`decoded`."""
+    return decoded(pd.read_parquet(source))
+
+
+def decoded(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with its ``exit_code`` JSON text as the values they were and its ``changed``
+    lists as tuples of field names (a missing one: empty)."""
+    if "changed" in frame.columns:
+        if any(isinstance(fields, str) for fields in frame["changed"]):
+            raise ValueError("these trace frames were written by an older composer_lab ('changed' as text); "
+                             "run the experiment again with this version")
+        frame["changed"] = pd.Series([() if isinstance(fields, float) or fields is None else tuple(fields)
+                                      for fields in frame["changed"]], index=frame.index, dtype=object)
+    if "exit_code" in frame.columns:
+        frame["exit_code"] = pd.Series([json.loads(code) if isinstance(code, str) else None
+                                        for code in frame["exit_code"]], index=frame.index, dtype=object)
+    return frame
