@@ -11,10 +11,12 @@ from composer_lab.core.engine import Engine
 from composer_lab.core.event import Event
 from composer_lab.core.state import State
 from composer_lab.trainer.adapter import ModelAdapter
+from composer_lab.trainer.batching import batch_size, batch_targets
 from composer_lab.trainer.devices import move_to_device
+from composer_lab.trainer.metrics import EvalMetrics
 from composer_lab.trainer.rng import preserved_rng
 
-__all__ = ["InferenceEvents", "EVAL_EVENTS", "PREDICT_EVENTS", "run_inference"]
+__all__ = ["InferenceEvents", "EVAL_EVENTS", "PREDICT_EVENTS", "run_inference", "evaluate"]
 
 
 class InferenceEvents(NamedTuple):
@@ -63,3 +65,21 @@ def run_inference(engine: Engine, adapter: ModelAdapter, dataloader: Any, events
     finally:
         model.train(was_training)
     return seen
+
+
+def evaluate(engine: Engine, adapter: ModelAdapter, dataloader: Any, metrics: EvalMetrics) -> dict[str, torch.Tensor]:
+    """One evaluation: EVAL_BEFORE_ALL, the eval loop over ``dataloader`` accumulating
+    ``metrics``, the results logged (phase 'eval'), EVAL_END, EVAL_AFTER_ALL; returns them."""
+    run = engine.run_event
+    run(Event.EVAL_BEFORE_ALL)
+    metrics.reset()
+    seen = run_inference(engine, adapter, dataloader, EVAL_EVENTS, lambda state: metrics.update(
+        state.outputs, batch_targets(state.batch), state.loss, batch_size(state.batch)))
+    if not seen:
+        raise ValueError("eval_dataloader yielded no batches; give it at least one batch (check the dataset's "
+                         "length, batch_size and drop_last)")
+    results = metrics.compute()
+    engine.logger.log_metrics(results, phase="eval")
+    run(Event.EVAL_END)
+    run(Event.EVAL_AFTER_ALL)
+    return results

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -22,7 +23,7 @@ from composer_lab.core.passes import pass_name
 from composer_lab.core.trace import Trace, read_parquet, write_parquet
 from composer_lab.trainer import distributed
 
-__all__ = ["Run", "RUN_FORMAT", "run_config"]
+__all__ = ["Run", "RUN_FORMAT", "run_config", "default_run_name"]
 
 RUN_FORMAT = "composer_lab.run/1"
 
@@ -120,7 +121,14 @@ def run_config(trainer: Any) -> dict[str, Any]:
         "world_size": distributed.get_world_size(),
         "shard_dataloaders": trainer.shard_dataloaders,
         "trace": trainer.trace.level,
+        "stop_on_nonfinite_loss": trainer.nonfinite.mode,
+        "flush_interval": trainer.flush_interval,
     }
+
+
+def default_run_name() -> str:
+    """A run's name when none is given: the start time, to the millisecond."""
+    return time.strftime("run-%Y%m%d-%H%M%S-") + f"{time.time_ns() // 1_000_000 % 1000:03d}"
 
 
 def _read_config(folder: Path) -> Any:

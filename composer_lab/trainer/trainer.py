@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import atexit
-import functools
 import os
-import threading
-import time
 import uuid
-import weakref
 from typing import Any, Callable, Optional, Sequence, Union
 
 import torch
@@ -24,19 +20,20 @@ from composer_lab.core.trace import Trace
 from composer_lab.data.checks import check_positive_int
 from composer_lab.trainer import distributed
 from composer_lab.trainer.adapter import ModelAdapter
-from composer_lab.trainer.batching import batch_size, batch_targets, split_batch
+from composer_lab.trainer.batching import batch_size, split_batch
 from composer_lab.trainer.checkpoint import CheckpointSaver, resume, training_payload
 from composer_lab.trainer.checks import check_components, check_dataloader, check_microbatch_size
 from composer_lab.trainer.devices import make_grad_scaler, move_to_device, resolve_device, resolve_precision
 from composer_lab.trainer.duration import duration_change_note, max_duration_after, reached_max_duration
 from composer_lab.trainer.feed import BatchFeed
 from composer_lab.trainer.failures import InterruptGuard, NonFiniteWatch, abandon_batch, note_failure
-from composer_lab.trainer.inference import EVAL_EVENTS, PREDICT_EVENTS, run_inference
+from composer_lab.trainer.inference import PREDICT_EVENTS, evaluate, run_inference
 from composer_lab.trainer.interval import Interval
+from composer_lab.trainer.lifecycle import FitLock, close_at_exit
 from composer_lab.trainer.metrics import EvalMetrics, Throughput
 from composer_lab.trainer.progress import ProgressBar
 from composer_lab.trainer.rng import seed_all
-from composer_lab.trainer.run import Run, run_config
+from composer_lab.trainer.run import Run, default_run_name, run_config
 
 __all__ = ["Trainer", "DEFAULT_LR", "THROUGHPUT_EVERY"]
 
@@ -113,8 +110,7 @@ class Trainer:
         self.shard_dataloaders = shard_dataloaders
         self.eval_dataloader = self._rank_share(eval_dataloader, "eval_dataloader", seed)
         train_dataloader = self._rank_share(train_dataloader, "train_dataloader", seed)
-        run_name = run_name or time.strftime("run-%Y%m%d-%H%M%S-") + f"{time.time_ns() // 1_000_000 % 1000:03d}"
-        run_name = distributed.broadcast_object(run_name)  # one name for every rank
+        run_name = distributed.broadcast_object(run_name or default_run_name())  # one name for every rank
 
         self.state = State(model, max_duration, optimizers=optimizers, schedulers=schedulers,
                            dataloader=train_dataloader, algorithms=algorithms, precision=precision,
@@ -139,12 +135,9 @@ class Trainer:
         self._epoch_started = False  # EPOCH_START has fired for the epoch in progress
         self._batch_seq = 0  # the trace's seq when the batch in flight was taken
         self._guard = InterruptGuard()
-        self._fit_lock = threading.Lock()  # one fit at a time, whichever thread calls it
-        self._live_fit = ""  # where the fit under way was started, for the error of a second one
+        self._fit_lock = FitLock()
         self._rank_traces: Optional[dict[str, Any]] = None
-        self._close_at_exit = functools.partial(_close_if_alive, weakref.ref(self))  # (exit keeps no trainer alive)
-        atexit.register(self._close_at_exit)
-        weakref.finalize(self, atexit.unregister, self._close_at_exit)  # a trainer collected leaves no hook
+        self._close_at_exit = close_at_exit(self)
 
         self.engine.run_event(Event.INIT)
         self.state.model.to(device)
@@ -195,8 +188,7 @@ class Trainer:
         return self.rank_traces
 
     def _rank_share(self, dataloader: Any, name: str, seed: int) -> Any:
-        """What this rank reads of ``dataloader``: its shard under torchrun, unless the dataloaders
-        come sharded (``shard_dataloaders=False``)."""
+        """What this rank reads of ``dataloader``: its shard under torchrun (see ``shard_dataloaders``)."""
         return distributed.shard_dataloader(dataloader, name, seed) if self.shard_dataloaders else dataloader
 
     # -- fit ------------------------------------------------------------------------------------
@@ -207,23 +199,13 @@ class Trainer:
         Works from any thread; a trainer runs one fit at a time: a second call while one is
         under way (another thread, the lab's run panel, a callback) raises RuntimeError."""
         state = self.state
-        if not self._fit_lock.acquire(blocking=False):
-            raise RuntimeError(f"run {state.run_name!r} is already training ({self._live_fit}); one trainer "
-                               f"trains in one place at a time: wait for that fit to end, or stop it (the lab's "
-                               f"Stop button or lab.run.handle.stop(); the kernel's interrupt for a fit in a "
-                               f"cell), then call fit() again")
-        try:
-            self._live_fit = (f"fit started in thread {threading.current_thread().name!r} at batch "
-                              f"{state.timestamp.batch}")
+        with self._fit_lock.hold(state.run_name, state.timestamp.batch):
             if duration is not None:
                 longer = max_duration_after(state.timestamp, duration)
                 if longer != state.max_duration:
                     self.trace.note("duration", duration_change_note(state, longer), state.timestamp)
                 state.max_duration = longer
             self._fit()
-        finally:
-            self._live_fit = ""
-            self._fit_lock.release()
 
     def _fit(self) -> None:
         """The loop of :meth:`fit`, from FIT_START to FIT_END."""
@@ -391,21 +373,9 @@ class Trainer:
         return {name: float(value) for name, value in results.items()}
 
     def _evaluate(self, dataloader: Any) -> dict[str, torch.Tensor]:
-        """One evaluation: EVAL_BEFORE_ALL, the eval loop, its metrics logged, EVAL_AFTER_ALL."""
-        run, metrics = self.engine.run_event, self.eval_metrics
+        """One evaluation (:func:`~composer_lab.trainer.inference.evaluate`), after a read of the device."""
         self._flush()
-        run(Event.EVAL_BEFORE_ALL)
-        metrics.reset()
-        seen = run_inference(self.engine, self.adapter, dataloader, EVAL_EVENTS, lambda state: metrics.update(
-            state.outputs, batch_targets(state.batch), state.loss, batch_size(state.batch)))
-        if not seen:
-            raise ValueError("eval_dataloader yielded no batches; give it at least one batch (check the dataset's "
-                             "length, batch_size and drop_last)")
-        results = metrics.compute()
-        self.logger.log_metrics(results, phase="eval")
-        run(Event.EVAL_END)
-        run(Event.EVAL_AFTER_ALL)
-        return results
+        return evaluate(self.engine, self.adapter, dataloader, self.eval_metrics)
 
     def predict(self, dataloader: Any) -> list:
         """The model's outputs (detached, on the device) for each batch of ``dataloader``."""
@@ -428,8 +398,3 @@ class Trainer:
         atexit.unregister(self._close_at_exit)
         self.engine.close()
 
-
-def _close_if_alive(trainer: "weakref.ref[Trainer]") -> None:
-    """What atexit calls: close the trainer if it is still alive."""
-    if (alive := trainer()) is not None:
-        alive.close()
