@@ -20,7 +20,7 @@ import tempfile
 import uuid
 import weakref
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional, Sequence, Union
+from typing import Any, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import pandas as pd
@@ -30,7 +30,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 __all__ = ["ChunkStore", "Bounds", "to_table", "where", "table_to_bytes", "table_from_bytes", "explode", "to_json",
-           "write_parquet", "read_parquet", "decoded", "absent"]
+           "write_parquet", "read_parquet", "decoded", "absent", "columns"]
 
 Bounds = Optional[tuple[Any, Any]]
 """A half-open range ``(lo, hi)`` of a column's values (either end None: open), or None: any."""
@@ -199,12 +199,21 @@ def explode(frame: pd.DataFrame, column: str, into: str, position: str,
     return rows if keep is None else rows[rows[into].isin(keep)]
 
 
-def absent(keys: Sequence[Any], asked: Sequence[Optional[tuple]], present: Iterable[tuple[Any, str]]) -> list:
+def columns(rows: Sequence[tuple], width: int) -> list[list]:
+    """The columns of ``rows`` (tuples of ``width`` fields), one list each, built without a tuple
+    per row: a long run of new tuples sets off the garbage collector over the whole process
+    (10 times slower here)."""
+    return [list(map(operator.itemgetter(i), rows)) for i in range(width)]
+
+
+def absent(keys: Sequence[Any], asked: Sequence[Optional[tuple]], present_keys: Sequence[Any],
+           present_labels: Sequence[str]) -> list:
     """For each row, given by its key and the labels asked about there (None: none), the labels
-    with no ``(key, label)`` in ``present``, space-separated (None: none absent): a compact
-    column that :func:`explode` turns back into rows. Each distinct question is answered once."""
+    with no ``(key, label)`` among ``present_keys`` / ``present_labels``, space-separated (None:
+    none absent): a compact column that :func:`explode` turns back into rows. Each distinct
+    question is answered once."""
     found: dict[Any, tuple] = {}
-    for key, label in present:
+    for key, label in zip(present_keys, present_labels):
         found[key] = found.get(key, ()) + (label,)
     answer = functools.cache(lambda labels, there: " ".join(n for n in labels if n not in there) or None)
     return [None if labels is None else answer(labels, found.get(key, ())) for key, labels in zip(keys, asked)]

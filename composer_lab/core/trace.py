@@ -137,7 +137,7 @@ class Trace:
     def spill(self) -> None:
         """Write the rows in memory as one parquet chunk per table and empty the lists (in place,
         so a call in flight appends to the new chunk). The engine calls it every ``chunk_rows`` events."""
-        self._store.write(self._columns())
+        self._store.write(_stored(self.event_rows, self.invocation_rows, self._t0))  # (not cached: memory)
         del self.event_rows[:], self.invocation_rows[:]
 
     def spill_to(self, folder: Union[str, os.PathLike]) -> None:
@@ -268,9 +268,9 @@ class Trace:
 def _stored(events: list, calls: list, t0: float) -> dict[str, Any]:
     """Rows of the engine as arrow tables laid out as the chunks; an event's ``asked`` becomes
     ``unmatched``, the labels of those asked without a call at its seq."""
-    ev, cl = list(zip(*events)) or [()] * 9, list(zip(*calls)) or [()] * 10
+    ev, cl = tables.columns(events, 9), tables.columns(calls, 10)
     t_start = np.asarray(ev[6], dtype=float)
-    missed = tables.absent(ev[0], ev[8], [(call[0], call[3]) for call in calls if call[4] == "algorithm"])
+    missed = tables.absent(ev[0], ev[8], cl[0], cl[3])  # (a callback is never asked: its calls are no answer)
     epoch = list(map(dict(zip(ev[0], ev[2])).get, cl[0]))  # (None for a call whose event is still running)
     return {"events": tables.to_table([*ev[:6], t_start - t0, np.asarray(ev[7], dtype=float) - t_start, missed],
                                       _STORED["events"]),
