@@ -100,9 +100,7 @@ class Trace:
                              f"the algorithms that did not match, 'ran' only what ran, 'off' nothing")
         self.level, self.chunk_rows, self.seq, self._t0 = level, chunk_rows, -1, time.perf_counter()
         self.recording, self.records_unmatched = level != "off", level == "all"  # (plain: read at every event)
-        self.event_rows: list[tuple] = []
-        self.invocation_rows: list[tuple] = []
-        self._notes: list[tuple] = []
+        self.event_rows, self.invocation_rows, self._notes = [], [], []  # lists of plain tuples (see below)
         self._store, self._tail = tables.ChunkStore(folder, _KEYS), (None, {})  # (the rows in memory as columns)
         self._labels, self._label_counts, self._classes = {}, {}, {}  # id -> (obj, label), cls -> count, label -> cls
         self._cache: dict[str, tuple[tuple, pd.DataFrame]] = {}
@@ -191,6 +189,8 @@ class Trace:
         and of ``name`` (each a value or a list), and ``matched`` (True: calls that ran, False:
         algorithms that did not match, None: both). Reads only the chunks whose ranges meet
         the question, with the filter pushed into the parquet read, and the rows in memory."""
+        if self._loaded is not None:
+            raise ValueError("this trace reads the frames it was given (Trace.from_frames): filter them in pandas")
         event, name = ([v] if isinstance(v, str) else v for v in (event, name))
         ranges = {"batch": batches, "seq": seqs, "epoch": None if epoch is None else (epoch, epoch + 1)}
         if table == "events":

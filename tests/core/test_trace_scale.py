@@ -199,3 +199,9 @@ def test_checkpoints_refer_to_chunks_and_their_trace_bytes_do_not_grow(tmp_path)
     saved = resumed.resumed_from["trace"]
     full = trainer.trace.events
     pd.testing.assert_frame_equal(saved.events, full[full.seq <= saved.events.seq.max()])
+
+
+def test_a_trace_of_given_frames_refuses_a_query_rather_than_answer_nothing(spilled):
+    given = Trace.from_frames(events=spilled[0].events)
+    with pytest.raises(ValueError, match="filter them in pandas"):
+        given.query("events", epoch=1)
