@@ -248,6 +248,7 @@ class Alibi(SurgeryAlgorithm):
                                                             train_sequence_length_scaling, low_open=True)
 
     events = frozenset({Event.INIT, Event.AFTER_DATALOADER})
+    writes = frozenset({"model", "optimizers", "batch"})
 
     def match(self, event: Event, state: State) -> bool:
         return event is Event.INIT or (event is Event.AFTER_DATALOADER and self.train_sequence_length_scaling < 1)

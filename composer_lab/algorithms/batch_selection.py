@@ -93,6 +93,7 @@ class BatchSelection(Algorithm):
         self._ratio_key = f"{self.metric_prefix}/keep_ratio"
 
     events = frozenset({Event.INIT, Event.AFTER_DATALOADER})
+    writes = frozenset({"batch"})
 
     def apply(self, event: Event, state: State, logger: Logger) -> Optional[int]:
         if event is Event.INIT:

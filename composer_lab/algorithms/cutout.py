@@ -65,6 +65,7 @@ class CutOut(Algorithm):
         self.length = check_positive("length", length)
 
     events = frozenset({Event.AFTER_DATALOADER})
+    writes = frozenset({"batch"})
 
     def apply(self, event: Event, state: State, logger: Logger) -> Optional[int]:
         inputs = state.batch_get_item(0)

@@ -80,6 +80,7 @@ class EMA(Algorithm):
         self._swapped = False
 
     events = frozenset({Event.FIT_START, Event.BATCH_END, Event.EVAL_BEFORE_ALL, Event.EVAL_AFTER_ALL})
+    writes = frozenset({"model"})
 
     def apply(self, event: Event, state: State, logger: Logger) -> Optional[int]:
         if event is Event.FIT_START:

@@ -71,6 +71,7 @@ class GradientClipping(Algorithm):
         self.clipping_threshold = check_positive("clipping_threshold", clipping_threshold)
 
     events = frozenset({Event.AFTER_TRAIN_BATCH})
+    writes = frozenset()  # it scales gradients, which the trace does not watch
 
     def apply(self, event: Event, state: State, logger: Logger) -> Optional[int]:
         apply_gradient_clipping(state.model, self.clipping_type, self.clipping_threshold)

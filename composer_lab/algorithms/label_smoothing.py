@@ -46,6 +46,7 @@ class LabelSmoothing(Algorithm):
         self._original: Optional[Any] = None
 
     events = frozenset({Event.BEFORE_LOSS, Event.AFTER_LOSS})
+    writes = frozenset({"batch"})
 
     def match(self, event: Event, state: State) -> bool:
         return event is Event.BEFORE_LOSS or (event is Event.AFTER_LOSS and self._original is not None)

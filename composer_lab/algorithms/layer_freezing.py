@@ -59,6 +59,7 @@ class LayerFreezing(Algorithm):
         return True
 
     events = frozenset({Event.EPOCH_END})
+    writes = frozenset({"model"})
 
     def apply(self, event: Event, state: State, logger: Logger) -> Optional[int]:
         count, fraction = freeze_layers(state.model, state.get_elapsed_duration(), self.freeze_start,

@@ -115,6 +115,7 @@ class MixingAlgorithm(Algorithm):
     """
 
     mixes_examples: ClassVar[bool] = True
+    writes = frozenset({"batch", "loss"})
 
     def __init__(self, interpolate_loss: bool = False, num_classes: Optional[int] = None) -> None:
         if not isinstance(interpolate_loss, bool):

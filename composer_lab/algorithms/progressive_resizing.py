@@ -104,6 +104,7 @@ class ProgressiveResizing(Algorithm):
         self.resize_targets = resize_targets
 
     events = frozenset({Event.AFTER_DATALOADER})
+    writes = frozenset({"batch"})
 
     def apply(self, event: Event, state: State, logger: Logger) -> Optional[int]:
         scale = scale_schedule(state.get_elapsed_duration(), self.initial_scale, self.delay_fraction,

@@ -116,6 +116,7 @@ class RandAugment(Algorithm):
         self.severity, self.depth, self.augmentation_set = severity, depth, augmentation_set
 
     events = frozenset({Event.INIT})
+    writes = frozenset()  # it changes the dataset's transform, not a State field
 
     def apply(self, event: Event, state: State, logger: Logger) -> Optional[int]:
         dataset = getattr(state.dataloader, "dataset", None)

@@ -23,6 +23,7 @@ class SurgeryAlgorithm(Algorithm):
         self.replaced: list[str] = []
 
     events = frozenset({Event.INIT})
+    writes = frozenset({"model", "optimizers"})
 
     def apply(self, event: Event, state: State, logger: Logger) -> Optional[int]:
         self.replaced = self.operate(state.model, state.optimizers)

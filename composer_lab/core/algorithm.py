@@ -7,6 +7,8 @@ from abc import ABC, abstractmethod
 from enum import Enum
 from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
+from composer_lab.core.changes import TRACKED_FIELDS
+
 if TYPE_CHECKING:
     from composer_lab.core.event import Event
     from composer_lab.core.logger import Logger
@@ -47,6 +49,21 @@ class Algorithm(ABC):
     selects_batch: ClassVar[bool] = False
     fuses_layernorm: ClassVar[bool] = False
     mixes_examples: ClassVar[bool] = False
+
+    writes: ClassVar[Optional[frozenset[str]]] = None
+    """The State fields ``apply`` may change (of ``batch``, ``outputs``, ``loss``, ``model``,
+    ``optimizers``), or None: unknown. The trace's ``changed`` column compares the model (an
+    O(parameters) walk) only around calls that may write it; declaring a set without ``'model'``
+    makes the trace's cost per call independent of the model's size."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Refuse a ``writes`` that is neither None nor a frozenset of tracked field names: a
+        misspelt name would silently turn the model check off."""
+        super().__init_subclass__(**kwargs)
+        writes = cls.__dict__.get("writes")
+        if writes is not None and not (isinstance(writes, frozenset) and writes <= frozenset(TRACKED_FIELDS)):
+            raise TypeError(f"{cls.__name__}.writes must be None (unknown) or a frozenset of {TRACKED_FIELDS}, "
+                            f"got {writes!r}; e.g. writes = frozenset({{'batch'}})")
 
     @property
     def find_unused_parameters(self) -> bool:

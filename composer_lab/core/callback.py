@@ -23,7 +23,10 @@ class Callback:
 
     The public names are the event methods and the lifecycle ones, as in Composer:
     :meth:`run_event`, :meth:`state_dict`, :meth:`load_state_dict`, :meth:`close`,
-    :meth:`post_close`; any other name is free for a subclass.
+    :meth:`post_close`; any other name is free for a subclass. A subclass that changes no State
+    field the trace watches, or none but a few, may say so as an algorithm does, with a class
+    attribute ``writes = frozenset()`` (see :attr:`Algorithm.writes`): its calls then cost the
+    trace the same whatever the model's size. ``writes`` is read only when it is a frozenset.
     """
 
     def run_event(self, event: Event, state: State, logger: Logger) -> None:

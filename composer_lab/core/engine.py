@@ -251,7 +251,8 @@ class Engine:
     def _invoke_all(self, objs: Sequence[Any], kind: str, method: str, event: Event, seq: int) -> list:
         """Call ``method`` of each of ``objs`` in order and return what each returned; with the
         trace on, record each with its duration, exit code, error and the State fields it
-        changed (the watcher compares each call with the state the previous one left)."""
+        changed (the watcher compares each call with the state the previous one left, and the
+        model only around calls whose ``writes`` may include it)."""
         state, trace, logger = self.state, self.trace, self.logger
         codes: list = []
         if not trace.recording:
@@ -263,19 +264,19 @@ class Engine:
         for order, obj in enumerate(objs):
             name = trace.label(obj)
             call = getattr(obj, method)
+            watcher.before(obj)
             t0 = _now()
             try:
                 exit_code = call(event, state, logger)
             except BaseException as err:
                 duration = _now() - t0
-                changed = watcher.changed()
-                watcher.forget()
-                rows.append((seq, value, batch, name, kind, order, None, duration, changed,  # InvocationRecord's
-                             f"{type(err).__name__}: {err}"))
+                rows.append((seq, value, batch, name, kind, order, None, duration,  # InvocationRecord's
+                             watcher.changed(), f"{type(err).__name__}: {err}"))
                 raise
             duration = _now() - t0
             rows.append((seq, value, batch, name, kind, order, exit_code, duration, watcher.changed(), None))
             codes.append(exit_code)
+        watcher.release()
         return codes
 
     # -- lifecycle ----------------------------------------------------------------------------

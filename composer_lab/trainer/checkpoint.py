@@ -113,6 +113,8 @@ class CheckpointSaver(Callback):
     name), and :meth:`claim` refuses a folder that holds another run's checkpoints, so a new
     run never overwrites them (a resumed run keeps its id and may go on writing there)."""
 
+    writes = frozenset()  # reads the State to save it
+
     def __init__(self, folder: Union[str, os.PathLike], interval: Interval,
                  payload: Callable[[], Optional[dict[str, Any]]]) -> None:
         self.folder = Path(folder)

@@ -82,13 +82,13 @@ def test_hooks_are_installed_during_fit_and_eval_and_removed_after():
 def test_a_users_modules_and_optimizers_outside_a_run_are_untouched():
     trainer = Trainer(torch.nn.Linear(4, 2), loader(), "1ep", loss_fn=F.cross_entropy, progress_bar=False)
     trainer.fit()
-    version, hooks = changes._structure_version, changes._hooks
+    hooks = changes._hooks
     mine = torch.nn.Sequential(torch.nn.Linear(3, 3))
     mine.add_module("extra", torch.nn.ReLU())
     optimizer = torch.optim.SGD(mine.parameters(), lr=0.1)
     mine(torch.ones(1, 3)).sum().backward()
     optimizer.step()
-    assert (changes._structure_version, changes._hooks) == (version, hooks)  # nothing of ours ran
+    assert changes._hooks == hooks  # nothing of ours ran
 
 
 class Surgery(Algorithm):

@@ -1,0 +1,143 @@
+"""Change detection: what a ``writes`` declaration buys (no model walk) and what stays exact."""
+
+import pytest
+import torch
+from torch import nn
+
+from composer_lab.core import Algorithm, Callback, Engine, Event, State
+
+STEP = (Event.BATCH_START, Event.BEFORE_FORWARD, Event.AFTER_FORWARD, Event.BEFORE_LOSS, Event.AFTER_LOSS,
+        Event.BEFORE_BACKWARD, Event.AFTER_BACKWARD, Event.BATCH_END)
+
+
+class Counted(nn.Parameter):
+    """A parameter that counts how often its version counter is read from Python."""
+
+    reads = 0
+
+    @property
+    def _version(self):
+        Counted.reads += 1
+        return super()._version
+
+
+def counted_mlp(tensors: int) -> nn.Sequential:
+    """``tensors // 2`` Linear layers whose weights and biases count their reads."""
+    model = nn.Sequential(*[nn.Linear(4, 4) for _ in range(tensors // 2)])
+    for layer in model:
+        layer.weight, layer.bias = Counted(layer.weight.detach()), Counted(layer.bias.detach())
+    return model
+
+
+class Bump(Algorithm):
+    """Adds 1 in place to the first parameter at AFTER_LOSS (``writes`` undeclared)."""
+
+    events = frozenset({Event.AFTER_LOSS})
+
+    def apply(self, event, state, logger):
+        with torch.no_grad():
+            next(state.model.parameters()).add_(1)
+
+
+class DeclaredBump(Bump):
+    writes = frozenset({"model"})
+
+
+class Touch(Algorithm):
+    """Runs at one event and changes nothing."""
+
+    def __init__(self, event):
+        self.events = frozenset({event})
+
+    def apply(self, event, state, logger):
+        return None
+
+
+class DeclaredTouch(Touch):
+    writes = frozenset()
+
+
+class Quiet(Callback):
+    writes = frozenset()
+
+    def batch_end(self, state, logger):
+        return None
+
+
+def engine_over(model: nn.Module, algorithms: list, callbacks: list = ()) -> Engine:
+    state = State(model, "10ba", optimizers=torch.optim.SGD(model.parameters(), lr=0.1))
+    state.batch = (torch.zeros(3, 4), torch.zeros(3, dtype=torch.long))
+    state.algorithms, state.callbacks = algorithms, list(callbacks)
+    return Engine(state, trace="all")
+
+
+def changed_by(engine: Engine) -> dict:
+    calls = engine.trace.invocations
+    return calls[calls.matched].set_index("name").changed.to_dict()
+
+
+@pytest.mark.parametrize("algorithm", [Bump(), DeclaredBump()], ids=["undeclared", "declares model"])
+def test_a_parameter_changed_in_place_is_reported_as_model(algorithm):
+    engine = engine_over(nn.Linear(4, 2), [DeclaredTouch(Event.AFTER_LOSS), algorithm, Touch(Event.AFTER_LOSS)])
+    engine.run_event(Event.AFTER_LOSS)
+    assert changed_by(engine) == {"DeclaredTouch": (), type(algorithm).__name__: ("model",), "Touch": ()}
+
+
+def test_a_module_added_between_events_is_blamed_on_no_call():
+    model = nn.Sequential(nn.Linear(4, 2))
+    engine = engine_over(model, [Touch(Event.AFTER_LOSS)])
+    model.add_module("extra", nn.ReLU())
+    engine.run_event(Event.AFTER_LOSS)
+    assert changed_by(engine) == {"Touch": ()}
+
+
+def test_an_optimizer_step_between_events_is_blamed_on_no_call():
+    """Inside ``running()`` the model's signature is reused across events until a hook fires."""
+    model = nn.Linear(4, 2)
+    engine = engine_over(model, [Touch(Event.AFTER_LOSS), Touch(Event.BATCH_END)])
+    with engine.running():
+        engine.run_event(Event.AFTER_LOSS)
+        model(torch.ones(1, 4)).sum().backward()
+        engine.state.optimizers[0].step()
+        engine.run_event(Event.BATCH_END)
+    calls = engine.trace.invocations
+    assert list(calls[calls.matched].changed) == [(), ()]
+
+
+@pytest.mark.parametrize("tensors", [4, 322])
+def test_calls_declaring_no_model_read_no_parameter(tensors):
+    """The cost of a declared call does not grow with the model: not one parameter is read.
+    The same calls undeclared read every parameter, before and after each call."""
+    model = counted_mlp(tensors)
+    declared = engine_over(model, [DeclaredTouch(e) for e in STEP], [Quiet()])
+    undeclared = engine_over(model, [Touch(e) for e in STEP])
+    Counted.reads = 0
+    for event in STEP:
+        declared.run_event(event)
+    assert Counted.reads == 0
+    for event in STEP:
+        undeclared.run_event(event)
+    assert Counted.reads == 2 * tensors * len(STEP)
+
+
+class OwnWrites(Callback):
+    """A callback with an attribute of its own named ``writes`` (the name is free on Callback)."""
+
+    def __init__(self):
+        self.writes = ["log.txt"]
+
+    def batch_end(self, state, logger):
+        with torch.no_grad():
+            state.model.weight.mul_(2)
+
+
+def test_a_callbacks_own_writes_attribute_is_no_declaration():
+    engine = engine_over(nn.Linear(4, 2), [], [OwnWrites()])
+    engine.run_event(Event.BATCH_END)
+    assert changed_by(engine) == {"OwnWrites": ("model",)}
+
+
+@pytest.mark.parametrize("writes", [frozenset({"models"}), {"batch"}, ("batch",)])
+def test_an_algorithm_declaring_anything_but_tracked_field_names_is_refused(writes):
+    with pytest.raises(TypeError, match="frozenset of"):
+        type("Typo", (Touch,), {"writes": writes})
