@@ -196,16 +196,19 @@ def resume(trainer: Any, path: Union[str, os.PathLike]) -> None:
     trainer.run_id = ckpt.get("run_id", trainer.run_id)
     trainer.feed.resume_random_state(distributed.rank_random_state(ckpt))
     trainer.logger.load_metrics(_unlogged(frame_from_bytes(ckpt["metrics"]), trainer.metrics))
-    trainer.resumed_from = {"path": str(path), "trace": _saved_trace(ckpt["trace"])}
+    trainer.resumed_from = {"path": str(path), "trace": _saved_trace(ckpt["trace"], Path(path))}
     ts = state.timestamp
     trainer.trace.note("load", f"resumed from {path} at epoch {ts.epoch}, batch {ts.batch}", ts)
 
 
-def _saved_trace(saved: dict[str, Any]) -> Trace:
-    """The trace a checkpoint holds: its chunks, read when asked, and its rows in memory then (a
-    checkpoint written before the trace spilled holds its whole frames)."""
+def _saved_trace(saved: dict[str, Any], path: Path) -> Trace:
+    """The trace the checkpoint at ``path`` holds: its chunks, read when asked, from the folder
+    beside it (so a save_folder moved or copied elsewhere keeps its traces) or where they were
+    written, and its rows in memory then (a checkpoint written before the trace spilled holds
+    its whole frames)."""
     if "format" in saved:
-        return Trace.from_checkpoint(saved)
+        beside = path.parent / TRACE_CHUNKS
+        return Trace.from_checkpoint({**saved, "folder": str(beside)} if beside.is_dir() else saved)
     return Trace.from_frames(**{name: frame_from_bytes(data) for name, data in saved.items()})
 
 

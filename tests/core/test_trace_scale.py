@@ -205,3 +205,20 @@ def test_a_trace_of_given_frames_refuses_a_query_rather_than_answer_nothing(spil
     given = Trace.from_frames(events=spilled[0].events)
     with pytest.raises(ValueError, match="filter them in pandas"):
         given.query("events", epoch=1)
+
+
+def test_a_moved_save_folder_keeps_its_checkpoints_traces(tmp_path):
+    import shutil
+
+    from tests.trainer.helpers import make_trainer, tiny_loader
+
+    trainer = make_trainer(train_dataloader=tiny_loader(64, 1), max_duration="1ep", save_folder=tmp_path / "a",
+                           save_interval="32ba", algorithms=algorithms(), trace=Trace(chunk_rows=100))
+    trainer.fit()
+    expected = trainer.trace.events
+    shutil.move(tmp_path / "a", tmp_path / "b")
+    resumed = make_trainer(train_dataloader=tiny_loader(64, 1), max_duration="1ep", algorithms=algorithms(),
+                           load_path=tmp_path / "b" / trainer.checkpoints[-1].name)
+    saved = resumed.resumed_from["trace"].events
+    assert len(saved) > 100
+    pd.testing.assert_frame_equal(saved, expected[expected.seq <= saved.seq.max()])
