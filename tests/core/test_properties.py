@@ -304,10 +304,9 @@ def traced_run(algorithms: list, callbacks: list, level: str, steps: list) -> Tr
     return engine.trace
 
 
-def saved_and_loaded(trace: Trace) -> Trace:
-    folder = tempfile.mkdtemp()  # kept: a loaded trace reads its chunks when asked
+def saved_and_loaded(trace: Trace, folder: str) -> Trace:
     trace.save(folder)
-    return Trace.load(folder)
+    return Trace.load(folder)  # (it reads its chunks when asked: the folder must outlive it)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -320,10 +319,11 @@ def test_a_trace_survives_save_and_load_unchanged(algos_log, outcomes, listens, 
         act(algorithm, outcome)
     trace = traced_run(algorithms, [Watcher(events) for events in listens], level, steps)
     trace.meta = meta
-    loaded = saved_and_loaded(trace)
-    assert (loaded.level, loaded.meta) == (trace.level, trace.meta)
-    again = saved_and_loaded(loaded)
-    for name in ("events", "invocations", "notes"):
-        pd.testing.assert_frame_equal(getattr(loaded, name), getattr(trace, name))
-        pd.testing.assert_frame_equal(getattr(again, name), getattr(trace, name))
+    with tempfile.TemporaryDirectory() as folder:
+        loaded = saved_and_loaded(trace, f"{folder}/once")
+        assert (loaded.level, loaded.meta) == (trace.level, trace.meta)
+        again = saved_and_loaded(loaded, f"{folder}/twice")
+        for name in ("events", "invocations", "notes"):
+            pd.testing.assert_frame_equal(getattr(loaded, name), getattr(trace, name))
+            pd.testing.assert_frame_equal(getattr(again, name), getattr(trace, name))
 
