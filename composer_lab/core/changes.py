@@ -43,7 +43,7 @@ __all__ = ["TRACKED_FIELDS", "FieldWatcher", "torch_hooks"]
 TRACKED_FIELDS = ("batch", "outputs", "loss", "model", "optimizers")
 
 _Tensor, _Module = torch.Tensor, torch.nn.Module
-_version, _requires_grad = attrgetter("_version"), attrgetter("requires_grad")
+_version, _versions_and_flags = attrgetter("_version"), attrgetter("_version", "requires_grad")
 _hooks = 0  # bumped when a module or parameter is registered or an optimizer steps (hooks in), or hooks come in
 _structure = 0  # bumped when a module or parameter is registered (hooks in), or hooks come in
 _handles: list = []  # the installed hooks' handles, while some engine runs (else empty)
@@ -88,14 +88,14 @@ _BOUNDARY_EVENTS = frozenset({Event.INIT, Event.BEFORE_LOAD, Event.AFTER_LOAD, E
 def _data_signature(value: Any) -> Any:
     """Versions (and, in mutable containers, ids) of the tensors in ``value``: a tensor, or a
     tuple / list / dict of them. A tuple's elements cannot change while the tuple is held."""
-    if isinstance(value, _Tensor):
-        return value._version
     cls = type(value)
     if cls is tuple:
         try:
             return tuple(map(_version, value))  # the usual (input, target) batch
         except AttributeError:
             return [v._version if isinstance(v, _Tensor) else id(v) for v in value]
+    if cls is _Tensor or isinstance(value, _Tensor):
+        return value._version
     if cls is list or cls is dict:  # (the held copy, last, is compared only once the ids are equal: by identity)
         items = value.items() if cls is dict else enumerate(value)
         return [*[(k, id(v), v._version if isinstance(v, _Tensor) else None) for k, v in items], tuple(value)]
@@ -159,7 +159,7 @@ class FieldWatcher:
         holds what the ids name (kept while no module or parameter was registered) and the hook count."""
         model, last = self.state.model, self._model
         walk = last[1] if last and last[1][0] is model and last[1][4] == _structure and _users else _walk(model)
-        return (walk[2], tuple(map(_version, walk[1])), tuple(map(_requires_grad, walk[1]))), walk, _hooks
+        return (walk[2], tuple(map(_versions_and_flags, walk[1]))), walk, _hooks
 
     def changed(self) -> tuple[str, ...]:
         """The tracked fields replaced or mutated by the call, in the order of ``TRACKED_FIELDS``
