@@ -5,7 +5,8 @@ A :class:`ChunkStore` writes each full chunk to a uniquely named file in its fol
 given, or a temporary one removed when the store is collected) and remembers, per chunk, its
 row count and the smallest and largest value of a few key columns; :meth:`ChunkStore.read`
 skips the chunks whose key ranges miss the question and pushes the rest of the filter into the
-parquet read. The trace (:mod:`composer_lab.core.trace`) spills its rows through it.
+parquet read. The trace (:mod:`composer_lab.core.trace`) spills its rows through it, and a
+trainer's checkpoints keep its metrics in one (:mod:`composer_lab.trainer.checkpoint`).
 """
 
 from __future__ import annotations
@@ -139,13 +140,14 @@ class ChunkStore:
             return pa.table({name: pa.array([], schema.field(name).type) for name in columns or schema.names})
         return pa.concat_tables(parts)
 
-    def move_to(self, folder: Union[str, os.PathLike]) -> None:
-        """Write into ``folder`` from now on, and move the chunks written so far there."""
+    def move_to(self, folder: Union[str, os.PathLike], link: bool = False) -> None:
+        """Write into ``folder`` from now on, and move the chunks written so far there, or with
+        ``link`` link them there (:func:`_share`: another store, a checkpoint's, still reads them)."""
         folder = Path(folder)
         if self.folder is not None and folder.resolve() != self.folder.resolve():
             folder.mkdir(parents=True, exist_ok=True)
             for chunk in self.chunks:
-                shutil.move(str(self.folder / chunk["file"]), str(folder / chunk["file"]))
+                (_share if link else shutil.move)(self.folder / chunk["file"], folder / chunk["file"])
         self.folder = folder
 
     def saved_into(self, folder: Union[str, os.PathLike], tail: Mapping[str, pa.Table]) -> list[dict]:
@@ -154,11 +156,7 @@ class ChunkStore:
         saved = ChunkStore(folder, self.keys, self.chunks)
         target = saved._target()
         for chunk in self.chunks:
-            if not (target / chunk["file"]).exists():
-                try:
-                    os.link(self.folder / chunk["file"], target / chunk["file"])
-                except OSError:
-                    shutil.copyfile(self.folder / chunk["file"], target / chunk["file"])
+            _share(self.folder / chunk["file"], target / chunk["file"])
         saved.write(self._with_tail(tail))
         return saved.chunks
 
@@ -180,6 +178,17 @@ class ChunkStore:
         store = cls(saved["folder"], keys, saved["chunks"])
         store.tail = {name: table_from_bytes(data) for name, data in saved["tail"].items()}
         return store
+
+
+def _share(source: Path, target: Path) -> None:
+    """Make the immutable chunk file ``source`` readable as ``target`` too: a hard link, a copy
+    across file systems; nothing when ``target`` is there (the same chunk: names are unique)."""
+    if not target.exists():
+        try:
+            os.link(source, target)
+        except OSError:
+            shutil.copyfile(source, target)
+
 
 def explode(frame: pd.DataFrame, column: str, into: str, position: str,
             keep: Optional[Sequence[str]] = None) -> pd.DataFrame:

@@ -49,10 +49,12 @@ class Logger:
                                      f"(e.g. value.mean())")
             self._rows.append((batch, epoch, phase or self.phase, name, value))
 
-    def load_metrics(self, frame: pd.DataFrame) -> None:
-        """Append rows read from another logger's :attr:`metrics` (a resumed checkpoint's)."""
-        rows = frame[list(METRIC_COLUMNS)].astype(object).itertuples(index=False, name=None)
-        self._rows.extend((int(b), int(e), str(p), str(n), float(v)) for b, e, p, n, v in rows)
+    def load_metrics(self, rows: list[tuple]) -> None:
+        """Start again from ``rows`` ``(batch, epoch, phase, name, value)`` (a resumed checkpoint's
+        metrics, then those logged before the load that it lacks), in new columns, so a frame read
+        before keeps its rows. Called before training (a resume), not while another thread reads."""
+        self._columns = {column: values[:0] for column, values in self._columns.items()}  # (new at the flush)
+        self._rows, self._size, self._frame = list(rows), 0, None
 
     def flush(self) -> None:
         """Append the rows logged since the last flush to the columns, their tensor values copied

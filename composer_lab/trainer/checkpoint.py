@@ -12,11 +12,14 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
 import pandas as pd
+import pyarrow as pa
 import torch
 
 from composer_lab.core.callback import Callback
+from composer_lab.core.logger import METRIC_COLUMNS
 from composer_lab.core.time import Timestamp
 from composer_lab.core.trace import Trace, read_parquet, write_parquet
+from composer_lab.tables import ChunkStore, to_table
 from composer_lab.trainer import distributed
 from composer_lab.trainer.distributed import barrier
 from composer_lab.trainer.interval import Interval
@@ -30,6 +33,11 @@ OWNER_FILE = "run.json"
 """In a save_folder: which run its checkpoints belong to."""
 TRACE_CHUNKS = "trace_chunks"
 """In a save_folder: the trace's spilled chunks, which its checkpoints refer to (never rewritten)."""
+METRICS_CHUNKS = "metrics_chunks"
+"""In a save_folder: the metrics, one chunk per checkpoint of the rows new since the last, which
+its checkpoints refer to (never rewritten)."""
+_METRIC_TYPES = {"batch": "int64", "epoch": "int64", "phase": "string", "name": "string", "value": "float64"}
+_METRIC_KEYS = {"metrics": ("batch", "epoch")}
 _REQUIRED = ("format", "model", "optimizers", "schedulers", "timestamp", "rng", "algorithms",
              "metrics", "trace")
 
@@ -107,7 +115,8 @@ class CheckpointSaver(Callback):
     """Writes ``folder/ep{E}-ba{B}.pt`` at BATCH_CHECKPOINT / EPOCH_CHECKPOINT when
     ``interval`` is due; ``payload()`` gives what to write, or None where this process does not
     write: under torchrun rank 0 writes, and every rank waits at a barrier until the file is
-    there. ``saved`` lists the paths this process wrote.
+    there. ``saved`` lists the paths this process wrote; ``metrics`` holds the metric chunks
+    its checkpoints refer to (a resumed checkpoint's, then one per checkpoint).
 
     A folder belongs to one run: the first checkpoint writes ``run.json`` (the run's id and
     name), and :meth:`claim` refuses a folder that holds another run's checkpoints, so a new
@@ -122,9 +131,12 @@ class CheckpointSaver(Callback):
         self.payload = payload
         self.saved: list[Path] = []
         self.owner: Optional[dict[str, str]] = None
+        self.metrics = ChunkStore(self.folder / METRICS_CHUNKS, _METRIC_KEYS)
 
-    def claim(self, run_id: str, run_name: str) -> None:
-        """Take the folder for the run ``run_id``; raise if it holds another run's checkpoints."""
+    def claim(self, run_id: str, run_name: str, trace: Trace) -> None:
+        """Take the folder for the run ``run_id``; raise if it holds another run's checkpoints.
+        On the rank that writes, ``trace`` spills into it from now on and a resumed checkpoint's
+        metric chunks are linked there, so each checkpoint refers to chunks beside it."""
         marker = self.folder / OWNER_FILE
         owner = json.loads(marker.read_text()) if marker.is_file() else None
         if owner is None and any(self.folder.glob("ep*-ba*.pt")):
@@ -134,6 +146,9 @@ class CheckpointSaver(Callback):
                              f"({owner.get('run_name')!r}); a new run would overwrite them. Choose another "
                              f"save_folder, or continue that run with load_path= one of its checkpoints")
         self.owner = {"run_id": run_id, "run_name": run_name}
+        if distributed.get_rank() == 0:
+            trace.spill_to(self.folder / TRACE_CHUNKS)
+            self.metrics.move_to(self.folder / METRICS_CHUNKS, link=True)
 
     def batch_checkpoint(self, state: Any, logger: Any) -> None:
         if self.interval.due_after_batch(state.timestamp):
@@ -163,8 +178,6 @@ def training_payload(trainer: Any) -> Optional[dict[str, Any]]:
     rank_rng = distributed.gather_object({"rng": rng_state(), "generators": state.generator_states()})
     if rank_rng is None:
         return None
-    if trainer.checkpoint_saver is not None:  # the trace's chunks go beside the checkpoints that refer to them
-        trace.spill_to(trainer.checkpoint_saver.folder / TRACE_CHUNKS)
     return {
         "run_name": state.run_name,
         "run_id": trainer.run_id,
@@ -180,10 +193,31 @@ def training_payload(trainer: Any) -> Optional[dict[str, Any]]:
         "generators": state.generator_states(),
         "algorithms": _named_states(state.algorithms, trace),
         "callbacks": _named_states(state.callbacks, trace),
-        "metrics": frame_to_bytes(trainer.metrics),
+        "metrics": _metrics_payload(trainer),  # chunks by reference (no save_folder: the rows)
         "trace": trace.checkpoint(),  # its spilled chunks by reference and the rows in memory: bounded
         **({"rank_rng": rank_rng} if len(rank_rng) > 1 else {}),
     }
+
+
+def _metrics_payload(trainer: Any) -> dict[str, Any]:
+    """The metrics for a checkpoint. With a save_folder the rows logged since the last chunk go
+    there as one more chunk and the checkpoint refers to all of them, so its size and the time
+    to write it do not grow with the run; without one it carries the rows."""
+    saver, metrics = trainer.checkpoint_saver, trainer.metrics
+    if saver is None:
+        return ChunkStore(None, _METRIC_KEYS).snapshot({"metrics": _metric_table(metrics)})
+    saver.metrics.write({"metrics": _metric_table(metrics.iloc[_chunked_rows(saver.metrics):])})
+    return saver.metrics.snapshot({})
+
+
+def _metric_table(frame: pd.DataFrame) -> pa.Table:
+    return to_table([frame[column] for column in METRIC_COLUMNS], _METRIC_TYPES)
+
+
+def _chunked_rows(store: ChunkStore) -> int:
+    """How many of the logger's rows ``store``'s chunks hold (its first ones: the chunks are
+    written in order, and a resume loads them first)."""
+    return sum(chunk["rows"] for chunk in store.chunks)
 
 
 def resume(trainer: Any, path: Union[str, os.PathLike]) -> None:
@@ -195,20 +229,48 @@ def resume(trainer: Any, path: Union[str, os.PathLike]) -> None:
     _restore_training(ckpt, path, state, trainer.trace, trainer.scaler)
     trainer.run_id = ckpt.get("run_id", trainer.run_id)
     trainer.feed.resume_random_state(distributed.rank_random_state(ckpt))
-    trainer.logger.load_metrics(_unlogged(frame_from_bytes(ckpt["metrics"]), trainer.metrics))
+    _resume_metrics(trainer, _beside(ckpt["metrics"], Path(path), METRICS_CHUNKS), path)
     trainer.resumed_from = {"path": str(path), "trace": _saved_trace(ckpt["trace"], Path(path))}
     ts = state.timestamp
     trainer.trace.note("load", f"resumed from {path} at epoch {ts.epoch}, batch {ts.batch}", ts)
 
 
+def _resume_metrics(trainer: Any, saved: dict[str, Any], path: Any) -> None:
+    """Give the logger the checkpoint's metrics, then those it logged before the load (INIT's) at
+    a (batch, epoch, phase, name) the checkpoint lacks, so each is kept once however often a
+    run is resumed and the frame is the uninterrupted run's. Its chunks (exactly those up to
+    the checkpoint) stay the first of the saver's, so the next checkpoint writes only the rows
+    after them."""
+    store = ChunkStore.restored(saved, _METRIC_KEYS)
+    try:
+        history = store.read("metrics", _METRIC_TYPES).to_pandas()
+    except FileNotFoundError:
+        raise CheckpointError(f"checkpoint {str(path)!r} refers to metric chunks in {saved['folder']!r}, which "
+                              f"are missing; keep the {METRICS_CHUNKS!r} folder of its save_folder beside it") from None
+    rows = pd.concat([history, _unlogged(trainer.metrics, history)])[list(METRIC_COLUMNS)]
+    trainer.logger.load_metrics(rows.itertuples(index=False, name=None))
+    store.tail = {}  # (the rows in the payload follow the chunks in the logger: the next chunk holds them)
+    if trainer.checkpoint_saver is not None:
+        trainer.checkpoint_saver.metrics = store
+
+
+def _beside(saved: Any, path: Path, chunks: str) -> Any:
+    """A checkpoint's chunk store as saved (``saved``), reading its chunks from the folder
+    ``chunks`` beside the checkpoint at ``path`` when there is one (so a save_folder moved or
+    copied elsewhere keeps them) or else where they were written. An older checkpoint's metrics
+    (parquet bytes) read as a store of those rows alone."""
+    if isinstance(saved, bytes):
+        return {"folder": None, "chunks": [], "tail": {"metrics": saved}}
+    beside = path.parent / chunks
+    return {**saved, "folder": str(beside)} if beside.is_dir() else saved
+
+
 def _saved_trace(saved: dict[str, Any], path: Path) -> Trace:
-    """The trace the checkpoint at ``path`` holds: its chunks, read when asked, from the folder
-    beside it (so a save_folder moved or copied elsewhere keeps its traces) or where they were
-    written, and its rows in memory then (a checkpoint written before the trace spilled holds
-    its whole frames)."""
+    """The trace the checkpoint at ``path`` holds: its chunks, read when asked, beside it or where
+    they were written, and its rows in memory then (a checkpoint written before the trace
+    spilled holds its whole frames)."""
     if "format" in saved:
-        beside = path.parent / TRACE_CHUNKS
-        return Trace.from_checkpoint({**saved, "folder": str(beside)} if beside.is_dir() else saved)
+        return Trace.from_checkpoint(_beside(saved, path, TRACE_CHUNKS))
     return Trace.from_frames(**{name: frame_from_bytes(data) for name, data in saved.items()})
 
 
@@ -243,9 +305,7 @@ def _restore_training(ckpt: dict[str, Any], path: Any, state: Any, trace: Any, s
 
 
 def _unlogged(history: pd.DataFrame, logged: pd.DataFrame) -> pd.DataFrame:
-    """The rows of ``history`` (a checkpoint's metrics) at a (batch, epoch, phase, name) that
-    ``logged`` (this run's, before the load: INIT's) has not, so each is kept once however
-    often a run is resumed."""
+    """The rows of ``history`` at a (batch, epoch, phase, name) that ``logged`` has not."""
     keys = ["batch", "epoch", "phase", "name"]
     seen = set(logged[keys].astype(object).itertuples(index=False, name=None))
     fresh = [key not in seen for key in history[keys].astype(object).itertuples(index=False, name=None)]

@@ -149,7 +149,7 @@ class Trainer:
             resume(self, load_path)
         self.engine.run_event(Event.AFTER_LOAD)
         if self.checkpoint_saver is not None:
-            self.checkpoint_saver.claim(self.run_id, run_name)
+            self.checkpoint_saver.claim(self.run_id, run_name, self.trace)
 
     # -- views --------------------------------------------------------------------------------
     @property

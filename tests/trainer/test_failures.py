@@ -294,11 +294,12 @@ def test_a_save_that_fails_midway_leaves_the_last_good_checkpoint(tmp_path, monk
         checkpoint_module.save_checkpoint(trainer.checkpoint_payload(), good)
     assert good.read_bytes() == before
     assert load_checkpoint(good)["timestamp"]["batch"] == 2
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ep0-ba1.pt", "ep0-ba2.pt", "run.json"], "no temporary file"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ep0-ba1.pt", "ep0-ba2.pt", "metrics_chunks",
+                                                          "run.json"], "no temporary file"
 
     with pytest.raises(OSError, match="No space left"):
         trainer.fit("1ba")  # the trainer's own save of the next checkpoint fails the same way
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ep0-ba1.pt", "ep0-ba2.pt", "run.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ep0-ba1.pt", "ep0-ba2.pt", "metrics_chunks", "run.json"]
     failed = trainer.trace.invocations.query("error.notna()")
     assert list(failed["name"]) == ["CheckpointSaver"] and "No space left" in failed["error"].iloc[0]
 
