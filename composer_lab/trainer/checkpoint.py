@@ -1,5 +1,6 @@
 """Checkpoints: one ``.pt`` file of tensors and plain values, read with ``weights_only=True``
-(loading a checkpoint never runs code), and the callback that writes them when due."""
+(loading a checkpoint never runs code), which refers to the trace's and the metrics' parquet
+chunks in the save_folder beside it, and the callback that writes them when due."""
 
 from __future__ import annotations
 
@@ -243,12 +244,14 @@ def _resume_metrics(trainer: Any, saved: dict[str, Any], path: Any) -> None:
     after them."""
     store = ChunkStore.restored(saved, _METRIC_KEYS)
     try:
-        history = store.read("metrics", _METRIC_TYPES).to_pandas()
+        history = store.read("metrics", _METRIC_TYPES)
     except FileNotFoundError:
         raise CheckpointError(f"checkpoint {str(path)!r} refers to metric chunks in {saved['folder']!r}, which "
                               f"are missing; keep the {METRICS_CHUNKS!r} folder of its save_folder beside it") from None
-    rows = pd.concat([history, _unlogged(trainer.metrics, history)])[list(METRIC_COLUMNS)]
-    trainer.logger.load_metrics(rows.itertuples(index=False, name=None))
+    rows = list(zip(*(history[column].to_pylist() for column in METRIC_COLUMNS)))
+    logged = trainer.metrics[list(METRIC_COLUMNS)].astype(object).itertuples(index=False, name=None)
+    seen = {row[:4] for row in rows}  # (batch, epoch, phase, name)
+    trainer.logger.load_metrics(rows + [row for row in logged if row[:4] not in seen])
     store.tail = {}  # (the rows in the payload follow the chunks in the logger: the next chunk holds them)
     if trainer.checkpoint_saver is not None:
         trainer.checkpoint_saver.metrics = store
@@ -302,14 +305,6 @@ def _restore_training(ckpt: dict[str, Any], path: Any, state: Any, trace: Any, s
         if saved is not None:
             cb.load_state_dict(saved)
     state.timestamp = Timestamp.from_state_dict(ckpt["timestamp"])
-
-
-def _unlogged(history: pd.DataFrame, logged: pd.DataFrame) -> pd.DataFrame:
-    """The rows of ``history`` at a (batch, epoch, phase, name) that ``logged`` has not."""
-    keys = ["batch", "epoch", "phase", "name"]
-    seen = set(logged[keys].astype(object).itertuples(index=False, name=None))
-    fresh = [key not in seen for key in history[keys].astype(object).itertuples(index=False, name=None)]
-    return history[fresh]
 
 
 def _named_states(objs: Any, trace: Any) -> list[dict[str, Any]]:
