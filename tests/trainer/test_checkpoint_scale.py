@@ -123,3 +123,13 @@ def test_checkpoint_without_its_metric_chunks_is_a_clear_error(tmp_path):
     shutil.rmtree(tmp_path / "run")
     with pytest.raises(CheckpointError, match="refers to metric chunks .* keep the 'metrics_chunks' folder"):
         _trainer(load_path=tmp_path / "ep0-ba2.pt")
+
+
+def test_a_run_resumed_into_another_save_folder_keeps_its_metrics_there(tmp_path):
+    _trainer(max_duration="4ba", save_folder=tmp_path / "a", save_interval="2ba").fit()
+    watch = MetricsAtCheckpoints()
+    _trainer(callbacks=[LogsAtInit(), watch], load_path=tmp_path / "a" / "ep0-ba4.pt", max_duration="6ba",
+             save_folder=tmp_path / "b", save_interval="2ba").fit()
+    shutil.rmtree(tmp_path / "a")  # the chunks up to batch 4 were linked into b
+    resumed = _trainer(load_path=tmp_path / "b" / "ep0-ba6.pt", max_duration="8ba")
+    pd.testing.assert_frame_equal(_plain(resumed.metrics), _plain(watch.frames[6]))
