@@ -29,11 +29,10 @@ is walked for every signature: slower, equally right.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from operator import attrgetter, is_not
+from operator import attrgetter
 from typing import Any, Iterator, Optional
 
 import torch
-from torch.nn.modules import module as _module_hooks
 from torch.optim import optimizer as _optimizer_hooks
 
 from composer_lab.core.event import Event
@@ -42,22 +41,20 @@ __all__ = ["TRACKED_FIELDS", "FieldWatcher", "torch_hooks"]
 
 TRACKED_FIELDS = ("batch", "outputs", "loss", "model", "optimizers")
 
-_Tensor, _Module = torch.Tensor, torch.nn.Module
+_Tensor, _Module, _Optimizer = torch.Tensor, torch.nn.Module, torch.optim.Optimizer
 _version, _versions_and_flags = attrgetter("_version"), attrgetter("_version", "requires_grad")
-_hooks = 0  # bumped when a module or parameter is registered or an optimizer steps (hooks in), or hooks come in
-_structure = 0  # bumped when a module or parameter is registered (hooks in), or hooks come in
-_handles: list = []  # the installed hooks' handles, while some engine runs (else empty)
-_users = 0  # how many torch_hooks() contexts are open (eval runs inside fit)
+_CHANGING = type("Changing", (), {"_version": property(lambda self: object())})()  # (see _data_signature)
+# _hooks: bumped when a module or parameter is registered or an optimizer steps (hooks in), or hooks come in;
+# _structure: bumped when a module or parameter is registered (hooks in), or hooks come in
+_hooks = _structure = 0
+# the installed hooks' handles, while some engine runs (else empty); how many torch_hooks() contexts are open
+_handles, _users = [], 0
 
 
-def _on_step(*args: Any) -> None:
-    global _hooks
-    _hooks += 1
-
-
-def _on_registration(*args: Any) -> None:
+def _on_hook(first: Any, *args: Any) -> None:
+    """A module or parameter registered (module hooks: ``first`` is the module) or a step."""
     global _structure, _hooks
-    _structure, _hooks = _structure + 1, _hooks + 1
+    _structure, _hooks = _structure + (not isinstance(first, _Optimizer)), _hooks + 1
 
 
 @contextmanager
@@ -66,11 +63,11 @@ def torch_hooks() -> Iterator[None]:
     the duration (nested uses share one installation) and removed when the last one exits."""
     global _users
     if _users == 0:
-        _handles[:] = [_module_hooks.register_module_module_registration_hook(_on_registration),
-                       _module_hooks.register_module_parameter_registration_hook(_on_registration),
-                       _optimizer_hooks.register_optimizer_step_post_hook(_on_step)]
+        _handles[:] = [torch.nn.modules.module.register_module_module_registration_hook(_on_hook),
+                       torch.nn.modules.module.register_module_parameter_registration_hook(_on_hook),
+                       _optimizer_hooks.register_optimizer_step_post_hook(_on_hook)]
     _users += 1
-    _on_registration()  # a walk or signature taken without the hooks is not reused under them
+    _on_hook(None)  # a walk or signature taken without the hooks is not reused under them
     try:
         yield
     finally:
@@ -85,33 +82,46 @@ _BOUNDARY_EVENTS = frozenset({Event.INIT, Event.BEFORE_LOAD, Event.AFTER_LOAD, E
                               Event.EVAL_STANDALONE_START, Event.PREDICT_START, Event.EVAL_BEFORE_ALL})
 
 
-def _data_signature(value: Any) -> Any:
+def _data_signature(value: Any, tensors: list) -> Any:
     """Versions (and, in mutable containers, ids) of the tensors in ``value``: a tensor, or a
-    tuple / list / dict of them. A tuple's elements cannot change while the tuple is held."""
+    tuple / list / dict of them. A tuple's elements cannot change while the tuple is held. The
+    tensors go into ``tensors``, whose versions then tell every in-place write; a container, whose
+    signature they do not tell, puts there one whose version never repeats (:data:`_CHANGING`)."""
+    value = (value,) if isinstance(value, _Tensor) else value  # (a tensor's signature: its version in a tuple)
     cls = type(value)
     if cls is tuple:
         try:
-            return tuple(map(_version, value))  # the usual (input, target) batch
-        except AttributeError:
-            return [v._version if isinstance(v, _Tensor) else id(v) for v in value]
-    if cls is _Tensor or isinstance(value, _Tensor):
-        return value._version
+            signature = tuple(map(_version, value))  # the usual (input, target) batch
+        except AttributeError:  # (a tuple of other things than tensors: ids and versions, as a list's)
+            cls = list
+        else:
+            tensors += value
+            return signature
     if cls is list or cls is dict:  # (the held copy, last, is compared only once the ids are equal: by identity)
-        items = value.items() if cls is dict else enumerate(value)
+        tensors.append(_CHANGING)
+        items = value.items() if type(value) is dict else enumerate(value)
         return [*[(k, id(v), v._version if isinstance(v, _Tensor) else None) for k, v in items], tuple(value)]
     return None
 
 
-def _fields(state: Any) -> tuple:
-    """The O(1) signature: the five fields (compared by identity), the versions of the tensors in
-    batch, outputs and loss (:func:`_data_signature`), and the learning rates."""
-    batch, outputs, loss, optimizers = state.batch, state.outputs, state.loss, state.optimizers
+def _learning_rates(optimizers: Any) -> list:
+    """The learning rate of every parameter group of ``optimizers``, in order."""
     lrs = []
     for optimizer in optimizers:  # loops, not a comprehension: one Python call less
         for group in optimizer.param_groups:
             lrs.append(group.get("lr"))
-    return ((batch, outputs, loss, state.model, optimizers),
-            (_data_signature(batch), _data_signature(outputs), _data_signature(loss), None, lrs))
+    return lrs
+
+
+def _fields(state: Any) -> tuple:
+    """The O(1) signature: the five fields (compared by identity); the versions of the tensors in
+    batch, outputs and loss (:func:`_data_signature`) and the learning rates; and, unless one of
+    those three holds a list, a dict or a tuple of other things than tensors, their tensors in
+    one flat list with its versions: one pass over them then tells that none changed."""
+    batch, outputs, loss, optimizers, tensors = state.batch, state.outputs, state.loss, state.optimizers, []
+    data = (_data_signature(batch, tensors), _data_signature(outputs, tensors), _data_signature(loss, tensors), None,
+            _learning_rates(optimizers))
+    return (batch, outputs, loss, state.model, optimizers), data, tensors, tuple(map(_version, tensors))
 
 
 def _walk(model: Any) -> tuple:
@@ -121,36 +131,33 @@ def _walk(model: Any) -> tuple:
         module = stack.pop()
         if module is not None:  # (a submodule registered as None)
             modules.append(module)
-            params.extend(module._parameters.values())
+            params.extend([p for p in module._parameters.values() if p is not None])
             stack.extend(module._modules.values())
-    params = [p for p in params if p is not None]
     return model, params, (tuple(map(id, modules)), tuple(map(id, params))), modules, _structure
 
 
 class FieldWatcher:
     """Names the fields each call :meth:`changed`: :meth:`watch` at the start of an event's calls,
-    :meth:`before` each call, :meth:`changed` after it."""
+    :meth:`before` each call, :meth:`changed` after it. It holds the fields as :func:`_fields`
+    gives them, the model's last signature, walk and hook count, and whether the call under way
+    is compared on the model."""
 
     def __init__(self, state: Any) -> None:
-        self.state = state
-        self._fields: tuple = ((), ())  # (objects, data) as _fields gives them
-        self._model: Optional[tuple] = None  # the model's last signature, walk and hook count
-        self._watching = False  # whether the call under way is compared on the model
+        self.state, self._fields, self._model, self._watching = state, ((), (), (), ()), None, False
 
     def watch(self, event: Event) -> None:
         """Take the fields as they are now, before the first call of ``event``."""
-        self._fields = _fields(self.state)
-        self._model = None if event in _BOUNDARY_EVENTS else self._model
+        self._fields, self._model = _fields(self.state), None if event in _BOUNDARY_EVENTS else self._model
 
     def release(self) -> None:
         """Let go of the fields after an event's calls: the trainer frees what it replaces (last
         step's loss, and its autograd graph) in its own time, not in the next event's."""
-        self._fields = ((), ())
+        self._fields = ((), (), (), ())
 
     def before(self, obj: Any) -> None:
         """Ready the check of ``obj``'s call: the model's signature when it may write the model."""
-        writes = getattr(obj, "writes", None)  # (a callback's own 'writes' may be anything but a frozenset)
-        self._watching = type(writes) is not frozenset or "model" in writes
+        # (a callback's own 'writes' may be anything but a frozenset)
+        self._watching = type(writes := getattr(obj, "writes", None)) is not frozenset or "model" in writes
         if self._watching and not (self._model is not None and self._model[2] == _hooks and _users):
             self._model = self._signature()  # (else the last one holds: no hook fired, no undeclared call ran)
 
@@ -163,13 +170,21 @@ class FieldWatcher:
 
     def changed(self) -> tuple[str, ...]:
         """The tracked fields replaced or mutated by the call, in the order of ``TRACKED_FIELDS``
-        (empty if none); the state now is what the next call is compared with."""
-        (objects, data), self._fields = self._fields, _fields(self.state)
+        (empty if none); the state now is what the next call is compared with. The usual answer,
+        nothing, is told first, building nothing: the same five objects, the same versions of the
+        flat tensors and learning rates, and, if the model is watched and no hook fired, the same
+        versions and flags of its parameters (its modules then are the same)."""
+        s, (objects, data, tensors, versions), moved = self.state, self._fields, False
         if self._watching:
-            old, self._model = self._model[0], self._signature()
-        moved = self._watching and old != self._model[0]
-        now, new = self._fields
-        if not (moved or any(map(is_not, objects, now)) or data != new):
+            (ids, flags), walk, hooks = last = self._model
+            now = hooks == _hooks and _users and walk[0] is s.model and tuple(map(_versions_and_flags, walk[1]))
+            if now != flags:  # (now is False when a hook fired or the model was replaced: look again)
+                self._model = ((ids, now), walk, hooks) if now else self._signature()
+                moved = self._model[0] != last[0]
+        if not moved and (s.batch is objects[0] and s.outputs is objects[1] and s.loss is objects[2]
+                          and s.model is objects[3] and s.optimizers is objects[4]
+                          and tuple(map(_version, tensors)) == versions and _learning_rates(s.optimizers) == data[4]):
             return ()
-        return tuple([name for name, b, a, db, da in zip(TRACKED_FIELDS, objects, now, data, new)
+        self._fields = fields = _fields(s)
+        return tuple([name for name, b, a, db, da in zip(TRACKED_FIELDS, objects, fields[0], data, fields[1])
                       if b is not a or db != da or (moved and name == "model")])
