@@ -15,7 +15,11 @@ Two parts, so that the usual call costs the same whatever the model's size:
   ``writes = frozenset({'batch'})`` is never compared on the model (tests/trainer/
   test_writes_declared.py checks the library's claims).
 
-The cheap part is taken afresh at every event. The model's signature is reused from one call to
+The cheap part is taken afresh at every event, and again only after a call that changed something:
+after a call, the usual answer (nothing changed) is told first and builds nothing, from the same
+five objects, one pass over the versions of a flat list of the batch, outputs and loss tensors,
+the learning rates and, around a call that may write the model, its parameters' versions and
+flags (while no hook fired, the kept walk still holds its modules). The model's signature is reused from one call to
 the next, across events too, while no hook fired: between events only the trainer's code runs,
 which changes parameters only through ``optimizer.step()``; after a boundary event (a loaded
 checkpoint, a user's cell between two fits) it is taken afresh. PyTorch's global hooks tell of
@@ -85,8 +89,9 @@ _BOUNDARY_EVENTS = frozenset({Event.INIT, Event.BEFORE_LOAD, Event.AFTER_LOAD, E
 def _data_signature(value: Any, tensors: list) -> Any:
     """Versions (and, in mutable containers, ids) of the tensors in ``value``: a tensor, or a
     tuple / list / dict of them. A tuple's elements cannot change while the tuple is held. The
-    tensors go into ``tensors``, whose versions then tell every in-place write; a container, whose
-    signature they do not tell, puts there one whose version never repeats (:data:`_CHANGING`)."""
+    signature is a tuple, one item per object it puts in ``tensors``: a tensor's version for each
+    tensor; a container, whose signature versions do not tell, puts there :data:`_CHANGING`
+    (whose version never equals its one item, the container's ids and versions)."""
     value = (value,) if isinstance(value, _Tensor) else value  # (a tensor's signature: its version in a tuple)
     cls = type(value)
     if cls is tuple:
@@ -100,8 +105,8 @@ def _data_signature(value: Any, tensors: list) -> Any:
     if cls is list or cls is dict:  # (the held copy, last, is compared only once the ids are equal: by identity)
         tensors.append(_CHANGING)
         items = value.items() if type(value) is dict else enumerate(value)
-        return [*[(k, id(v), v._version if isinstance(v, _Tensor) else None) for k, v in items], tuple(value)]
-    return None
+        return ([*[(k, id(v), v._version if isinstance(v, _Tensor) else None) for k, v in items], tuple(value)],)
+    return ()
 
 
 def _learning_rates(optimizers: Any) -> list:
@@ -114,14 +119,14 @@ def _learning_rates(optimizers: Any) -> list:
 
 
 def _fields(state: Any) -> tuple:
-    """The O(1) signature: the five fields (compared by identity); the versions of the tensors in
-    batch, outputs and loss (:func:`_data_signature`) and the learning rates; and, unless one of
-    those three holds a list, a dict or a tuple of other things than tensors, their tensors in
-    one flat list with its versions: one pass over them then tells that none changed."""
+    """The O(1) signature: the five fields (compared by identity); the signatures of batch, outputs
+    and loss (:func:`_data_signature`) and the learning rates; the tensors (or stand-ins) those
+    signatures are taken from, in one flat list, and its versions, the signatures end to end: one
+    pass over the list then tells that none changed."""
     batch, outputs, loss, optimizers, tensors = state.batch, state.outputs, state.loss, state.optimizers, []
     data = (_data_signature(batch, tensors), _data_signature(outputs, tensors), _data_signature(loss, tensors), None,
             _learning_rates(optimizers))
-    return (batch, outputs, loss, state.model, optimizers), data, tensors, tuple(map(_version, tensors))
+    return (batch, outputs, loss, state.model, optimizers), data, tensors, data[0] + data[1] + data[2]
 
 
 def _walk(model: Any) -> tuple:
