@@ -92,21 +92,17 @@ def _data_signature(value: Any, tensors: list) -> Any:
     signature is a tuple, one item per object it puts in ``tensors``: a tensor's version for each
     tensor; a container, whose signature versions do not tell, puts there :data:`_CHANGING`
     (whose version never equals its one item, the container's ids and versions)."""
-    value = (value,) if isinstance(value, _Tensor) else value  # (a tensor's signature: its version in a tuple)
-    cls = type(value)
-    if cls is tuple:
-        try:
-            signature = tuple(map(_version, value))  # the usual (input, target) batch
-        except AttributeError:  # (a tuple of other things than tensors: ids and versions, as a list's)
-            cls = list
-        else:
-            tensors += value
+    items = (value,) if isinstance(value, _Tensor) else value if type(value) is tuple else ()
+    if type(value) is not list and type(value) is not dict:
+        try:  # (a tuple of other things than tensors raises: ids and versions, as a list's)
+            signature = tuple(map(_version, items))  # (a tensor's signature: its version in a tuple)
+            tensors += items
             return signature
-    if cls is list or cls is dict:  # (the held copy, last, is compared only once the ids are equal: by identity)
-        tensors.append(_CHANGING)
-        items = value.items() if type(value) is dict else enumerate(value)
-        return ([*[(k, id(v), v._version if isinstance(v, _Tensor) else None) for k, v in items], tuple(value)],)
-    return ()
+        except AttributeError:
+            pass
+    tensors.append(_CHANGING)  # (the held copy, last, is compared only once the ids are equal: by identity)
+    items = value.items() if type(value) is dict else enumerate(value)
+    return ([*[(k, id(v), v._version if isinstance(v, _Tensor) else None) for k, v in items], tuple(value)],)
 
 
 def _learning_rates(optimizers: Any) -> list:
@@ -123,10 +119,14 @@ def _fields(state: Any) -> tuple:
     and loss (:func:`_data_signature`) and the learning rates; the tensors (or stand-ins) those
     signatures are taken from, in one flat list, and its versions, the signatures end to end: one
     pass over the list then tells that none changed."""
-    batch, outputs, loss, optimizers, tensors = state.batch, state.outputs, state.loss, state.optimizers, []
-    data = (_data_signature(batch, tensors), _data_signature(outputs, tensors), _data_signature(loss, tensors), None,
-            _learning_rates(optimizers))
-    return (batch, outputs, loss, state.model, optimizers), data, tensors, data[0] + data[1] + data[2]
+    batch, outputs, loss, optimizers, flat = state.batch, state.outputs, state.loss, state.optimizers, []
+    objects, lrs = (batch, outputs, loss, state.model, optimizers), _learning_rates(optimizers)
+    if (type(batch) is tuple and len(batch) == 2
+            and type(outputs) is _Tensor is type(loss) is type(batch[0]) is type(batch[1])):
+        versions = tuple(map(_version, flat := [*batch, outputs, loss]))  # the usual step: no call below
+        return objects, (versions[:2], versions[2:3], versions[3:], None, lrs), flat, versions
+    data = (_data_signature(batch, flat), _data_signature(outputs, flat), _data_signature(loss, flat), None, lrs)
+    return objects, data, flat, data[0] + data[1] + data[2]
 
 
 def _walk(model: Any) -> tuple:
