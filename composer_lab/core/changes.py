@@ -19,22 +19,22 @@ The cheap part is taken afresh at every event, and again only after a call that 
 after a call, the usual answer (nothing changed) is told first and builds nothing, from the same
 five objects, one pass over the versions of a flat list of the batch, outputs and loss tensors,
 the learning rates and, around a call that may write the model, its parameters' versions and
-flags (while no hook fired, the kept walk still holds its modules). The model's signature is reused from one call to
-the next, across events too, while no hook fired: between events only the trainer's code runs,
-which changes parameters only through ``optimizer.step()``; after a boundary event (a loaded
-checkpoint, a user's cell between two fits) it is taken afresh. PyTorch's global hooks tell of
-module and parameter registrations (which also make the cached walk of the modules stale) and of
-optimizer steps; they are installed only inside :func:`torch_hooks` (the engine's
-:meth:`~composer_lab.core.engine.Engine.running`, entered by the trainer around fit, eval and
-predict) and removed after it, so importing composer_lab installs nothing. Outside it the model
-is walked for every signature: slower, equally right.
+flags (while no hook fired, the kept walk still holds its modules). The model's signature is
+reused from one call to the next, across events too, while no hook fired: between events only
+the trainer's code runs, which changes parameters only through ``optimizer.step()``; after a
+boundary event (a loaded checkpoint, a user's cell between two fits) it is taken afresh.
+PyTorch's global hooks tell of module and parameter registrations (which also make the cached
+walk of the modules stale) and of optimizer steps; they are installed only inside
+:func:`torch_hooks` (the engine's :meth:`~composer_lab.core.engine.Engine.running`, entered by
+the trainer around fit, eval and predict) and removed after it, so importing composer_lab
+installs nothing. Outside it the model is walked for every signature: slower, equally right.
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
 from operator import attrgetter
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator
 
 import torch
 from torch.optim import optimizer as _optimizer_hooks
