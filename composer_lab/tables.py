@@ -130,8 +130,13 @@ class ChunkStore:
         ``among`` (see :func:`where`), from the chunks that may hold them and from ``tail``
         (rows not written yet, after this store's own :attr:`tail`), in that order."""
         expr, schema = where(ranges, among), _schema(types)
-        paths = [str(self.folder / c["file"]) for c in self.chunks if c["table"] == table and _overlaps(c, ranges)]
-        parts = [pq.read_table(path, columns=columns, filters=expr, schema=schema) for path in paths]
+        paths = [self.folder / c["file"] for c in self.chunks if c["table"] == table and _overlaps(c, ranges)]
+        gone = [path.name for path in paths if not path.is_file()]
+        if gone:
+            raise FileNotFoundError(f"the chunk files {gone} are no longer in {self.folder}: a loaded or resumed trace "
+                                    f"reads them when asked, so keep that folder while you use it (or read what you "
+                                    f"need, e.g. trace.events, before removing it)")
+        parts = [pq.read_table(str(path), columns=columns, filters=expr, schema=schema) for path in paths]
         for rows in (self.tail.get(table), tail):
             if rows is not None:
                 rows = rows.filter(expr) if expr is not None else rows
@@ -171,6 +176,16 @@ class ChunkStore:
         """This store's own :attr:`tail` followed by ``tail``, per table."""
         return {name: pa.concat_tables([rows[name] for rows in (self.tail, tail) if name in rows])
                 for name in {**self.tail, **tail}}
+
+    def rows(self, table: str) -> int:
+        """How many rows of ``table`` the chunks hold (the :attr:`tail` not counted)."""
+        return sum(c["rows"] for c in self.chunks if c["table"] == table)
+
+    def into_memory(self, types: Mapping[str, Mapping[str, str]]) -> None:
+        """Read every chunk of the tables in ``types`` (name to column types) into :attr:`tail`:
+        the store then needs its folder no more."""
+        self.tail = {table: self.read(table, kinds) for table, kinds in types.items()}
+        self.chunks = []
 
     @classmethod
     def restored(cls, saved: Mapping[str, Any], keys: Mapping[str, Sequence[str]]) -> "ChunkStore":

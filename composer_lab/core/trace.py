@@ -228,17 +228,23 @@ class Trace:
 
     def _info(self, chunks: list) -> dict[str, Any]:
         return json.loads(json.dumps({"format": TRACE_FORMAT, "level": self.level, "meta": self.meta,
-                                      "classes": self._classes, "chunks": chunks}, default=str))
+                                      "classes": self._classes, "chunks": chunks, "chunk_rows": self.chunk_rows},
+                                     default=str))
 
     @classmethod
     def load(cls, folder: Union[str, os.PathLike]) -> "Trace":
-        """Read a trace written by :meth:`save`; its DataFrames equal the saved ones."""
+        """Read a trace written by :meth:`save`; its DataFrames equal the saved ones. A trace of
+        at most ``chunk_rows`` events (the saved trace's) is read into memory now, so the folder
+        may go; a longer one reads its chunk files in ``folder`` when asked: keep the folder."""
         folder = Path(folder).resolve()
         if not (folder / "trace.json").is_file():
             raise FileNotFoundError(f"{folder} is not a saved trace: trace.json missing; write one with "
                                     f"Trace.save(folder) or Trainer(save_folder=...)")
         info = {**json.loads((folder / "trace.json").read_text()), "folder": str(folder), "tail": {}}
-        return cls.from_checkpoint({**info, "notes": (folder / "notes.parquet").read_bytes()})
+        trace = cls.from_checkpoint({**info, "notes": (folder / "notes.parquet").read_bytes()})
+        if trace._store.rows("events") <= trace.chunk_rows:  # as much as a run holds: read now, the folder may go
+            trace._store.into_memory(_STORED)
+        return trace
 
     @classmethod
     def from_checkpoint(cls, saved: dict[str, Any]) -> "Trace":
@@ -247,7 +253,7 @@ class Trace:
             raise ValueError(f"{saved.get('folder')} holds a trace saved by an older composer_lab (format "
                              f"{saved.get('format', 1)!r}, not {TRACE_FORMAT!r}); run it again and save it with "
                              f"this version")
-        trace = cls(saved["level"])
+        trace = cls(saved["level"], chunk_rows=saved.get("chunk_rows", 1 << 16))
         trace._classes, trace.meta = saved["classes"], saved.get("meta", {})
         trace._store = tables.ChunkStore.restored(saved, _KEYS)
         trace._notes = list(tables.table_from_bytes(saved["notes"]).to_pandas().itertuples(index=False, name=None))
@@ -262,7 +268,12 @@ class Trace:
         return trace
 
     def __repr__(self) -> str:
-        return f"Trace({self.level!r}, chunks={len(self._store.chunks)}, events in memory={len(self.event_rows)})"
+        """The counts, without building a frame: events, calls that ran, notes, chunks on disk."""
+        store, memory = self._store, {"events": self.event_rows, "invocations": self.invocation_rows}
+        rows = {t: store.rows(t) + len(new) + (store.tail[t].num_rows if t in store.tail else 0)
+                for t, new in memory.items()}
+        return (f"Trace(level={self.level!r}, events={rows['events']}, calls={rows['invocations']}, "
+                f"notes={len(self._notes)}, chunks={len(store.chunks)})")
 
 
 def _stored(events: list, calls: list, t0: float) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """The trace of a long run (issue 21): bounded memory, spilled chunks, queries, masks of non-matches."""
 
+import shutil
 import tracemalloc
 
 import pandas as pd
@@ -175,6 +176,20 @@ def test_save_and_load_with_spilled_chunks(spilled, tmp_path):
     assert loaded.meta == {"note": "x"}
 
 
+def test_a_short_loaded_trace_is_read_into_memory_and_outlives_its_folder(tmp_path):
+    trace = run(20, chunk_rows=100)  # 140 events, spilled into a chunk; a run holds 100 in memory
+    saved = trace.save(tmp_path / "t")
+    long = Trace.load(saved)
+    trace.chunk_rows = 1000  # the same rows, saved by a trace that holds 1,000 events in memory
+    short = Trace.load(trace.save(tmp_path / "short"))
+    shutil.rmtree(tmp_path / "short")
+    for name in ("events", "invocations", "notes"):
+        pd.testing.assert_frame_equal(getattr(short, name), getattr(trace, name))
+    shutil.rmtree(saved)
+    with pytest.raises(FileNotFoundError, match="keep that folder while you use it"):
+        long.events
+
+
 def test_a_checkpoint_round_trip_reads_the_same(spilled):
     trace = spilled[0]
     restored = Trace.from_checkpoint(trace.checkpoint())
@@ -222,3 +237,10 @@ def test_a_moved_save_folder_keeps_its_checkpoints_traces(tmp_path):
     saved = resumed.resumed_from["trace"].events
     assert len(saved) > 100
     pd.testing.assert_frame_equal(saved, expected[expected.seq <= saved.seq.max()])
+
+
+def test_repr_counts_the_rows_on_disk_and_in_memory(tmp_path):
+    trace = run(20, chunk_rows=100)
+    text = f"events={trace.seq + 1}, calls={len(trace.query('invocations', matched=True))}, notes=0"
+    assert text in repr(trace) and "chunks=0" not in repr(trace)
+    assert text in repr(Trace.load(trace.save(tmp_path / "t")))
