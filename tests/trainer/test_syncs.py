@@ -14,30 +14,16 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 import torch
-from torch.overrides import TorchFunctionMode
 
-from composer_lab import Callback, Event
+from composer_lab import Callback
 from composer_lab.algorithms import SelectiveBackprop
 from composer_lab.core import logger as logger_module
 from composer_lab.core.logger import Logger
+from composer_lab.trainer.syncs import SyncCounter
 
 from tests.trainer.helpers import make_trainer, tiny_loader
 
-SYNCS = {torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.cpu, torch.Tensor.numpy, torch.Tensor.__bool__,
-         torch.Tensor.__float__, torch.Tensor.__int__, torch.Tensor.__index__, torch.Tensor.nonzero, torch.nonzero}
 FLUSH_INTERVAL, BATCHES = 4, 12
-
-
-class SyncCounter(TorchFunctionMode):
-    """Counts the calls in :data:`SYNCS` made while it is entered."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.count = 0
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        self.count += func in SYNCS
-        return func(*args, **(kwargs or {}))
 
 
 class SyncsPerBatch(Callback):
