@@ -79,12 +79,13 @@ reads the loss on the host before every optimizer step."""
 class NonFiniteWatch:
     """Watches the training loss for NaN or infinity without a host read per batch.
 
-    :meth:`watch` keeps, on the loss's device, the index of the first batch whose loss was not
-    finite (``torch.where``: no sync); :meth:`check` reads it (one sync) and raises. The trainer
-    checks every ``flush_interval`` batches and where it reads the host anyway, so the bad batch
-    and the ones after it up to the check were applied. ``'before_step'`` reads every loss
-    before the optimizer step instead, as :func:`raise_nonfinite_loss` says: the bad batch is
-    never applied, at one sync per batch.
+    :meth:`watch` keeps each batch's loss tensor (a reference: no device op, no sync);
+    :meth:`check` stacks those since the last check and reads on the host whether all were
+    finite (one sync), then raises naming the first that was not. The trainer checks every
+    ``flush_interval`` batches and where it reads the host anyway, so the bad batch and the ones
+    after it up to the check were applied. ``'before_step'`` reads every loss before the
+    optimizer step instead, as :func:`raise_nonfinite_loss` says: the bad batch is never
+    applied, at one sync per batch.
     """
 
     def __init__(self, mode: Any) -> None:
@@ -93,14 +94,13 @@ class NonFiniteWatch:
                              f"flush_interval batches), 'before_step' (read every loss before the optimizer step) "
                              f"or False (no check)")
         self.mode = mode
-        self._first: Optional[torch.Tensor] = None  # the first non-finite batch since the last check, -1: none
-        self._loss: Optional[torch.Tensor] = None  # its loss
-        self._batches: dict[int, tuple[Any, int, int]] = {}  # batch -> (timestamp, its trace seqs) since the check
+        self._losses: list[torch.Tensor] = []  # each batch's loss since the last check
+        self._batches: list[tuple[Any, int, int]] = []  # and its (timestamp, trace seqs)
 
     def watch(self, loss: torch.Tensor, trace: Any, timestamp: Any, since_seq: int) -> Any:
         """This batch's ``loss`` (detached) as it is logged: a float in 'before_step' mode (read,
-        and raised on when not finite), else the tensor, noted on the device when it is the first
-        non-finite one since the last check. ``since_seq``: the trace's seq when the batch was taken."""
+        and raised on when not finite), else the tensor, kept for the next check. ``since_seq``:
+        the trace's seq when the batch was taken."""
         if self.mode == "before_step":
             value = loss.item()
             if not math.isfinite(value):
@@ -108,26 +108,22 @@ class NonFiniteWatch:
             return value
         if not self.mode:
             return loss
-        if self._first is None:
-            self._first = torch.full((), -1, dtype=torch.int64, device=loss.device)
-            self._loss = torch.zeros((), device=loss.device)
-        first = torch.isfinite(loss).logical_not_().logical_and_(self._first < 0)
-        self._first.masked_fill_(first, timestamp.batch)
-        self._loss = torch.where(first, loss.float(), self._loss)
-        self._batches[timestamp.batch] = (timestamp, since_seq, trace.seq)
+        self._losses.append(loss)
+        self._batches.append((timestamp, since_seq, trace.seq))
         return loss
 
     def check(self, trace: Any, timestamp: Any) -> None:
         """Raise :class:`NonFiniteLossError` if a batch watched since the last check had a non-finite
         loss, naming the first; ``timestamp`` is now's. One host read, none when nothing was watched."""
-        if not self._batches:
+        if not self._losses:
             return
-        batches, self._batches = self._batches, {}
-        first = int(self._first.item())
-        if first >= 0:
-            self._first.fill_(-1)
+        losses, batches = torch.stack([loss.reshape(()).float() for loss in self._losses]), self._batches
+        self._losses, self._batches = [], []
+        finite = torch.isfinite(losses)
+        if not finite.all().item():  # (the usual answer, in the one read; which batch: read only now)
+            first = int(finite.logical_not().int().argmax())
             at, since_seq, until_seq = batches[first]
-            raise_nonfinite_loss(self._loss.item(), trace, at, since_seq, until_seq, timestamp.batch - first)
+            raise_nonfinite_loss(losses[first].item(), trace, at, since_seq, until_seq, timestamp.batch - at.batch)
 
 
 def raise_nonfinite_loss(loss: float, trace: Any, timestamp: Any, since_seq: int, until_seq: int,
