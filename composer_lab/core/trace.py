@@ -91,7 +91,8 @@ _KEYS = dict.fromkeys(_STORED, ("seq", "batch", "epoch"))
 class Trace:
     """What happened in a run, in order. ``level`` is one of :data:`TRACE_LEVELS`. Every
     ``chunk_rows`` events the rows in memory go to a parquet chunk in ``folder`` (default: a
-    temporary folder removed with the trace; a trainer with a ``save_folder`` moves them there)."""
+    temporary folder removed with the trace; a trainer with a ``save_folder`` spills into its
+    ``trace_chunks`` from the start)."""
 
     def __init__(self, level: str = "all", folder: Union[str, os.PathLike, None] = None,
                  chunk_rows: int = 1 << 16) -> None:
