@@ -7,6 +7,7 @@ import ast
 import builtins
 import functools
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -100,6 +101,17 @@ class Fixtures:
     @functools.cached_property
     def checkpoint(self) -> Path:
         return save_checkpoint(self.trainer.checkpoint_payload(), self.tmp / "ep0-ba0.pt")
+
+    @functools.cached_property
+    def orphan_checkpoint(self) -> Path:
+        """A checkpoint copied out of its save_folder, which is then removed (its metric chunks with it)."""
+        saved, alone = self.tmp / "saved", self.tmp / "alone"
+        Trainer(self.model, self.loader, "1ba", loss_fn=F.cross_entropy, save_folder=saved, save_interval="1ba",
+                progress_bar=False).fit()
+        alone.mkdir()
+        copy = Path(shutil.copy(saved / "ep0-ba1.pt", alone))
+        shutil.rmtree(saved)
+        return copy
 
 
 FIXTURES = frozenset(name for name, value in vars(Fixtures).items() if isinstance(value, functools.cached_property))
