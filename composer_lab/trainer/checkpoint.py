@@ -207,18 +207,13 @@ def _metrics_payload(trainer: Any) -> dict[str, Any]:
     saver, metrics = trainer.checkpoint_saver, trainer.metrics
     if saver is None:
         return ChunkStore(None, _METRIC_KEYS).snapshot({"metrics": _metric_table(metrics)})
-    saver.metrics.write({"metrics": _metric_table(metrics.iloc[_chunked_rows(saver.metrics):])})
+    # (the chunks hold the logger's first rows: written in order, and loaded first on a resume)
+    saver.metrics.write({"metrics": _metric_table(metrics.iloc[saver.metrics.rows("metrics"):])})
     return saver.metrics.snapshot({})
 
 
 def _metric_table(frame: pd.DataFrame) -> pa.Table:
     return to_table([frame[column] for column in METRIC_COLUMNS], _METRIC_TYPES)
-
-
-def _chunked_rows(store: ChunkStore) -> int:
-    """How many of the logger's rows ``store``'s chunks hold (its first ones: the chunks are
-    written in order, and a resume loads them first)."""
-    return sum(chunk["rows"] for chunk in store.chunks)
 
 
 def resume(trainer: Any, path: Union[str, os.PathLike]) -> None:
