@@ -17,6 +17,7 @@ import os
 import time
 from pathlib import Path
 from collections import namedtuple
+from operator import itemgetter
 from typing import Any, Optional, Union
 
 import numpy as np
@@ -134,10 +135,18 @@ class Trace:
         self._notes.append((self.seq, epoch, batch, kind, text))
 
     def spill(self) -> None:
-        """Write the rows in memory as one parquet chunk per table and empty the lists (in place,
-        so a call in flight appends to the new chunk). The engine calls it every ``chunk_rows`` events."""
-        self._store.write(_stored(self.event_rows, self.invocation_rows, self._t0))  # (not cached: memory)
-        del self.event_rows[:], self.invocation_rows[:]
+        """Write the rows of the events that finished as one parquet chunk per table and empty the
+        lists (in place, so a call in flight appends to the new chunk). The engine calls it every
+        ``chunk_rows`` events. The calls of an event still running (one whose call fired the nested
+        event that filled the chunk) stay for the next chunk, which gets that event's row: a chunk
+        holds whole events, so each one's non-matches are worked out from all of its calls."""
+        done = set(map(itemgetter(0), self.event_rows))
+        calls, running = [], []
+        for row in self.invocation_rows:
+            (calls if row[0] in done else running).append(row)
+        self._store.write(_stored(self.event_rows, calls, self._t0))  # (not cached: memory)
+        del self.event_rows[:]
+        self.invocation_rows[:] = running
 
     def spill_to(self, folder: Union[str, os.PathLike]) -> None:
         """Keep the chunks in ``folder`` from now on, moving those written so far (a trainer's

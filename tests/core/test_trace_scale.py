@@ -1,4 +1,5 @@
-"""The trace of a long run (issue 21): bounded memory, spilled chunks, queries, masks of non-matches."""
+"""The trace of a long run (issue 21): bounded memory, spilled chunks, queries, masks of non-matches,
+nested events."""
 
 import shutil
 import tracemalloc
@@ -34,11 +35,28 @@ def algorithms(fail_at: int = -1) -> list:
             Every(Event.BATCH_END, 5)]
 
 
-def run(steps: int, chunk_rows: int, level: str = "all", fail_at: int = -1, watch=None, **trace_args) -> Trace:
-    """``steps`` training steps of events through an Engine, 4 steps an epoch; ``watch(trace)`` after each event."""
+class Nest(Every):
+    """At AFTER_LOSS every other batch, fires BEFORE_BACKWARD and AFTER_BACKWARD from its ``apply``
+    (nested events, as Composer's engine allows; the other algorithms are asked there and say
+    no), then returns the batch or raises at ``fail_at``."""
+
+    def __init__(self, engine: Engine, fail_at: int = -1) -> None:
+        super().__init__(Event.AFTER_LOSS, 2, fail_at)
+        self.engine = engine
+
+    def apply(self, event, state, logger):
+        self.engine.run_event(Event.BEFORE_BACKWARD)
+        self.engine.run_event(Event.AFTER_BACKWARD)
+        return super().apply(event, state, logger)
+
+
+def run(steps: int, chunk_rows: int, level: str = "all", fail_at: int = -1, watch=None, nest: bool = False,
+        **trace_args) -> Trace:
+    """``steps`` training steps of events through an Engine, 4 steps an epoch; ``watch(trace)`` after each
+    event; with ``nest``, a :class:`Nest` (failing at ``fail_at``) and one more AFTER_LOSS algorithm."""
     state = State(torch.nn.Linear(2, 2), "1000ep")
-    state.algorithms = algorithms(fail_at)
     engine = Engine(state, trace=Trace(level, chunk_rows=chunk_rows, **trace_args))
+    state.algorithms = [*algorithms(), Nest(engine, fail_at), Every(Event.AFTER_LOSS, 2)] if nest else algorithms(fail_at)
     for step in range(steps):
         if step and step % 4 == 0:
             engine.run_event(Event.EPOCH_END)
@@ -244,3 +262,66 @@ def test_repr_counts_the_rows_on_disk_and_in_memory(tmp_path):
     text = f"events={trace.seq + 1}, calls={len(trace.query('invocations', matched=True))}, notes=0"
     assert text in repr(trace) and "chunks=0" not in repr(trace)
     assert text in repr(Trace.load(trace.save(tmp_path / "t")))
+
+
+NESTED_STEPS = 8
+"""Steps of the nested runs: 7 events each, 9 every other one (the nested two), and the epochs' two: 66 events."""
+
+
+def _same_rows(chunked: Trace, whole: Trace, **question) -> None:
+    """The two traces give the same rows for ``question`` (both tables), timings aside."""
+    for table, timings in (("events", ["t_start", "duration"]), ("invocations", ["duration"])):
+        asked = question if table == "invocations" else {k: v for k, v in question.items() if k != "matched"}
+        pd.testing.assert_frame_equal(chunked.query(table, **asked).drop(columns=timings),
+                                      whole.query(table, **asked).drop(columns=timings))
+
+
+@pytest.fixture(scope="module")
+def nested_whole():
+    return run(NESTED_STEPS, chunk_rows=1 << 20, nest=True)
+
+
+@pytest.mark.parametrize("chunk_rows", range(1, 12))  # the spill lands on every event of a step, nested ones too
+def test_a_spill_inside_a_nested_event_reads_as_the_run_held_in_memory(nested_whole, chunk_rows):
+    chunked = run(NESTED_STEPS, chunk_rows=chunk_rows, nest=True)
+    assert chunked._store.chunks and (nested_whole.events.event == "before_backward").sum() == NESTED_STEPS // 2
+    for question in ({}, dict(epoch=1, matched=True), dict(seqs=(20, 35), matched=False),
+                     dict(batches=(2, 5), name="Nest")):
+        _same_rows(chunked, nested_whole, **question)
+
+
+@pytest.mark.parametrize("chunk_rows", [4, 7])
+def test_each_chunk_holds_whole_events(chunk_rows):
+    """The calls of an event go to the chunk of its row, also when a nested event filled the chunk
+    before the event finished (a spill writes its events' chunk, then their calls' if any)."""
+    store = run(NESTED_STEPS, chunk_rows=chunk_rows, nest=True)._store
+    seqs = [set(pd.read_parquet(store.folder / chunk["file"], columns=["seq"]).seq) for chunk in store.chunks]
+    spills = [(seqs[i - 1], calls) for i, calls in enumerate(seqs) if store.chunks[i]["table"] == "invocations"]
+    assert spills and all(calls <= events for events, calls in spills)
+
+
+def _failed_run(chunk_rows: int) -> Trace:
+    """The trace of a nested run whose Nest raises at batch 6, after its nested events."""
+    seen = []
+    with pytest.raises(RuntimeError, match="boom"):
+        run(NESTED_STEPS, chunk_rows=chunk_rows, nest=True, fail_at=6, watch=seen.append)
+    return seen[0]
+
+
+@pytest.mark.parametrize("chunk_rows", [4, 7])
+def test_a_failure_after_a_spill_in_a_nested_event_leaves_the_trace_readable(chunk_rows):
+    chunked, whole = _failed_run(chunk_rows), _failed_run(1 << 20)
+    assert chunked._store.chunks and not whole._store.chunks
+    _same_rows(chunked, whole)
+    _same_rows(chunked, whole, matched=False)
+    failed = chunked.query("invocations", name="Nest", event="after_loss", batches=(6, 7))
+    assert failed.error.tolist() == ["RuntimeError: boom"] and failed.matched.all()
+
+
+@pytest.mark.parametrize("chunk_rows", [4, 7])
+def test_a_nested_run_saved_and_loaded_reads_the_same(nested_whole, chunk_rows, tmp_path):
+    chunked = run(NESTED_STEPS, chunk_rows=chunk_rows, nest=True)
+    loaded = Trace.load(chunked.save(tmp_path / "t"))
+    assert loaded._store.chunks  # (longer than a chunk: read from its chunk files)
+    _same_rows(loaded, nested_whole)
+    _same_rows(loaded, nested_whole, matched=False, epoch=1)
