@@ -252,14 +252,17 @@ class Engine:
         """Call ``method`` of each of ``objs`` in order and return what each returned; with the
         trace on, record each with its duration, exit code, error and the State fields it
         changed (the watcher compares each call with the state the previous one left, and the
-        model only around calls whose ``writes`` may include it)."""
+        model only around calls whose ``writes`` may include it). A call may fire an event (as
+        Composer allows): the calls of that one are watched by a watcher of their own, and the
+        calling one's changed fields include theirs."""
         state, trace, logger = self.state, self.trace, self.logger
         codes: list = []
         if not trace.recording:
             for obj in objs:
                 codes.append(getattr(obj, method)(event, state, logger))
             return codes
-        watcher, rows, value, batch = self._watcher, trace.invocation_rows, event._value_, state.timestamp.batch
+        watcher = self._watcher or FieldWatcher(state)  # (None: an event fired from a call, which has its own)
+        self._watcher, rows, value, batch = None, trace.invocation_rows, event._value_, state.timestamp.batch
         watcher.watch(event)
         for order, obj in enumerate(objs):
             name = trace.label(obj)
@@ -277,6 +280,7 @@ class Engine:
             rows.append((seq, value, batch, name, kind, order, exit_code, duration, watcher.changed(), None))
             codes.append(exit_code)
         watcher.release()
+        self._watcher = watcher
         return codes
 
     # -- lifecycle ----------------------------------------------------------------------------

@@ -93,6 +93,40 @@ def test_changed_names_replaced_and_in_place_fields(state):
     assert ran == {"Smooth": ("batch",), "ScaleLossInPlace": ("loss",), "Freeze": ("model",), "Recorder": ()}
 
 
+class FireBeforeBackward(Algorithm):
+    """At AFTER_LOSS, fires BEFORE_BACKWARD from its ``apply`` (an event fired from a call, as Composer allows)."""
+
+    def __init__(self, engine):
+        self.engine = engine
+
+    def match(self, event, state):
+        return event == Event.AFTER_LOSS
+
+    def apply(self, event, state, logger):
+        self.engine.run_event(Event.BEFORE_BACKWARD)
+
+
+class ReplaceLoss(Algorithm):
+    def match(self, event, state):
+        return event == Event.BEFORE_BACKWARD
+
+    def apply(self, event, state, logger):
+        state.loss = state.loss * 2
+
+
+def test_a_call_that_fires_an_event_changed_what_that_event_changed(state):
+    state.loss = torch.tensor(1.0)
+    engine = Engine(state)
+    state.algorithms = [Recorder("noop", [Event.AFTER_LOSS], []), FireBeforeBackward(engine), ReplaceLoss(),
+                        ScaleLossInPlace(), Freeze()]
+    engine.run_event(Event.AFTER_LOSS)  # (an 'after' event: run in reverse list order)
+    engine.run_event(Event.BATCH_END)
+    ran = engine.trace.query(matched=True)
+    assert list(zip(ran.seq, ran.name, ran.changed)) == [
+        (0, "ScaleLossInPlace", ("loss",)), (0, "FireBeforeBackward", ("loss",)), (0, "Recorder", ()),
+        (1, "ReplaceLoss", ("loss",)), (2, "Freeze", ("model",))]
+
+
 class StepInside(Algorithm):
     """Takes an optimizer step inside its call (as SAM-like methods do)."""
 

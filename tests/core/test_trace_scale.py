@@ -37,8 +37,7 @@ def algorithms(fail_at: int = -1) -> list:
 
 class Nest(Every):
     """At AFTER_LOSS every other batch, fires BEFORE_BACKWARD and AFTER_BACKWARD from its ``apply``
-    (nested events, as Composer's engine allows; the other algorithms are asked there and say
-    no), then returns the batch or raises at ``fail_at``."""
+    (nested events, as Composer's engine allows), then returns the batch or raises at ``fail_at``."""
 
     def __init__(self, engine: Engine, fail_at: int = -1) -> None:
         super().__init__(Event.AFTER_LOSS, 2, fail_at)
@@ -53,10 +52,12 @@ class Nest(Every):
 def run(steps: int, chunk_rows: int, level: str = "all", fail_at: int = -1, watch=None, nest: bool = False,
         **trace_args) -> Trace:
     """``steps`` training steps of events through an Engine, 4 steps an epoch; ``watch(trace)`` after each
-    event; with ``nest``, a :class:`Nest` (failing at ``fail_at``) and one more AFTER_LOSS algorithm."""
+    event; with ``nest``, a :class:`Nest` (failing at ``fail_at``), one more AFTER_LOSS algorithm and one
+    at BEFORE_BACKWARD, every 4 batches: a nested event where some algorithms run and the others say no."""
     state = State(torch.nn.Linear(2, 2), "1000ep")
     engine = Engine(state, trace=Trace(level, chunk_rows=chunk_rows, **trace_args))
-    state.algorithms = [*algorithms(), Nest(engine, fail_at), Every(Event.AFTER_LOSS, 2)] if nest else algorithms(fail_at)
+    state.algorithms = [*algorithms(), Nest(engine, fail_at), Every(Event.AFTER_LOSS, 2),
+                        Every(Event.BEFORE_BACKWARD, 4)] if nest else algorithms(fail_at)
     for step in range(steps):
         if step and step % 4 == 0:
             engine.run_event(Event.EPOCH_END)
