@@ -18,7 +18,8 @@ import contextlib
 import inspect
 import os
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Optional
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Optional, Union
 
 import pandas as pd
 import torch
@@ -30,13 +31,12 @@ from torch.utils.data import (DataLoader, DistributedSampler, IterableDataset, R
 from composer_lab.core.logger import Logger
 from composer_lab.core.state import State
 from composer_lab.core.trace import Trace
+from composer_lab.trainer.rank_traces import RANK_TRACES, RankTraces
 
 __all__ = ["Launch", "detect_launch", "setup", "destroy_process_group", "get_rank", "get_world_size",
            "sum_over_ranks", "mean_over_ranks", "gather_object", "broadcast_object", "barrier",
-           "shard_dataloader", "DDPModel", "rank_frames", "gather_traces", "rank_random_state",
-           "SilentLogger"]
-
-TRACE_FRAMES = ("events", "invocations", "notes")
+           "shard_dataloader", "DDPModel", "rank_frames", "gather_traces", "RankTraces",
+           "rank_random_state", "SilentLogger"]
 
 _owns_group = False  # composer_lab created the default process group (and destroys it at exit)
 _host_group: Optional[Any] = None  # gloo group for host-side collectives when the default is nccl
@@ -302,36 +302,42 @@ def _accumulating(module: DistributedDataParallel) -> Iterator[DistributedDataPa
 
 
 # -- trace, random state, logging ---------------------------------------------------------------
-def rank_frames(trace: Trace, rank: int) -> dict[str, pd.DataFrame]:
-    """The trace's events, invocations and notes, each with a leading ``rank`` column."""
-    frames = {}
-    for name in TRACE_FRAMES:
-        frame = getattr(trace, name).copy()
-        frame.insert(0, "rank", pd.Series(rank, index=frame.index, dtype="int64"))
-        frames[name] = frame
-    return frames
+def rank_frames(trace: Trace, rank: int) -> RankTraces:
+    """This process's ``trace`` as rank ``rank``'s: its events, invocations and notes, each with a
+    leading ``rank`` column."""
+    return RankTraces.of(trace, rank)
 
 
-def gather_traces(trace: Trace) -> Optional[dict[str, pd.DataFrame]]:
-    """Every rank's :func:`rank_frames`, in rank order, on rank 0 of a distributed run; None on
-    the other ranks and in one process (nothing to gather). Every rank must call it."""
+def gather_traces(trace: Trace, gathered: Optional[RankTraces] = None,
+                  save_folder: Union[str, os.PathLike, None] = None) -> Optional[RankTraces]:
+    """Every rank's trace on rank 0 of a distributed run, added to what ``gathered`` holds (or
+    to a new :class:`RankTraces`, kept in ``save_folder``/rank_traces when given); None on the
+    other ranks and in one process. Every rank must call it.
+
+    Only what rank 0 lacks travels, so memory and time do not grow with the run: first the
+    chunk files rank 0 has not received, one per rank per message (ranks with fewer send
+    nothing in the last rounds), then each rank's rows in memory (at most ``chunk_rows``
+    events) and notes. A gather that fails keeps what earlier ones brought."""
     if get_world_size() == 1:
         return None
-    gathered = gather_object(rank_frames(trace, get_rank()))
-    if gathered is None:
+    rank, snapshot = get_rank(), trace.checkpoint()
+    if rank == 0 and gathered is None:
+        gathered = RankTraces(folder=None if save_folder is None else Path(save_folder) / RANK_TRACES)
+    files = gather_object([chunk["file"] for chunk in snapshot["chunks"]])  # on rank 0: every rank's
+    lacking = broadcast_object(None if files is None else [[] if r == 0 else gathered.lacks(r, names)
+                                                           for r, names in enumerate(files)])
+    for step in range(max(map(len, lacking))):
+        mine = lacking[rank][step:step + 1]
+        sent = gather_object([(name, (Path(snapshot["folder"]) / name).read_bytes()) for name in mine])
+        for r, chunks in enumerate(sent or ()):
+            for name, data in chunks:
+                gathered.receive(r, name, data)
+    snapshots = gather_object({**snapshot, "folder": None} if rank else None)  # (rank 0's own: read where they are)
+    if snapshots is None:
         return None
-    return {name: _concat([frames[name] for frames in gathered]) for name in TRACE_FRAMES}
-
-
-def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
-    """Concatenate, keeping categorical columns categorical when the ranks' categories differ
-    (e.g. callbacks only rank 0 runs)."""
-    out = pd.concat(frames, ignore_index=True)
-    for column, dtype in frames[0].dtypes.items():
-        if isinstance(dtype, pd.CategoricalDtype) and not isinstance(out[column].dtype, pd.CategoricalDtype):
-            categories = dict.fromkeys(c for f in frames for c in f[column].cat.categories)
-            out[column] = out[column].astype(pd.CategoricalDtype(list(categories), ordered=dtype.ordered))
-    return out
+    for r, theirs in enumerate(snapshots):
+        gathered.update(r, theirs or snapshot)
+    return gathered
 
 
 def rank_random_state(checkpoint: Mapping[str, Any]) -> Optional[dict[str, Any]]:

@@ -2,8 +2,9 @@
 
 Layout: ``config.json`` (name and settings), ``metrics.parquet`` (the logger's tidy metrics)
 and ``trace/`` (:meth:`Trace.save`: events, invocations and notes as parquet); a run trained
-under torchrun adds ``ranks/`` (every rank's events, invocations and notes, with a ``rank``
-column).
+under torchrun adds ``ranks/`` (:meth:`RankTraces.save`: every rank's trace as ``rank<r>/``).
+Folders written before that hold ``ranks/events.parquet`` etc., frames with a ``rank`` column,
+and still load.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Mapping, Optional, Union
 
 import pandas as pd
 
@@ -22,6 +23,7 @@ from composer_lab.core.algorithm import describe
 from composer_lab.core.passes import pass_name
 from composer_lab.core.trace import Trace, read_parquet, write_parquet
 from composer_lab.trainer import distributed
+from composer_lab.trainer.rank_traces import RankTraces
 
 __all__ = ["Run", "RUN_FORMAT", "run_config", "default_run_name"]
 
@@ -31,7 +33,8 @@ RUN_FORMAT = "composer_lab.run/1"
 @dataclass
 class Run:
     """One run: its ``name``, ``config`` (JSON-ready settings), ``trace`` and ``metrics``;
-    ``rank_traces`` holds every rank's trace frames for a run trained under torchrun.
+    ``rank_traces`` holds every rank's trace for a run trained under torchrun (a
+    :class:`RankTraces`; the frames themselves when read from a folder written before it).
 
     The lab reads every run through this type (:func:`~composer_lab.trainer.sources.run_data`),
     which also fills in what it knows of the setup: ``algorithms`` (live objects, from a
@@ -41,7 +44,7 @@ class Run:
     config: dict[str, Any]
     trace: Trace
     metrics: pd.DataFrame = field(repr=False)
-    rank_traces: Optional[dict[str, pd.DataFrame]] = field(default=None, repr=False)
+    rank_traces: Optional[Mapping[str, pd.DataFrame]] = field(default=None, repr=False)
     algorithms: list = field(default_factory=list, repr=False)
     total_batches: Optional[int] = None
 
@@ -75,9 +78,12 @@ class Run:
             {"format": RUN_FORMAT, "name": self.name, "config": self.config}, indent=2, default=str))
         self.metrics.to_parquet(folder / "metrics.parquet", index=False)
         self.trace.save(folder / "trace")
+        if isinstance(self.rank_traces, RankTraces):
+            self.rank_traces.save(folder / "ranks")  # (replacing what ranks/ held)
+            return folder
         # Ranks left by a distributed run saved here before must not pass for this run's.
         shutil.rmtree(folder / "ranks", ignore_errors=True)
-        if self.rank_traces is not None:
+        if self.rank_traces is not None:  # frames read from a folder written before RankTraces
             (folder / "ranks").mkdir()
             for name, frame in self.rank_traces.items():
                 write_parquet(frame, folder / "ranks" / f"{name}.parquet")
@@ -91,11 +97,18 @@ class Run:
         if info is None:
             raise FileNotFoundError(f"{folder} is not a run folder (no config.json from Run.save); write one "
                                     f"with trainer.to_run().save(folder) or `composer-lab run`")
-        ranks = folder / "ranks"
-        rank_traces = ({path.stem: read_parquet(path) for path in sorted(ranks.glob("*.parquet"))}
-                       if ranks.is_dir() else None)
         return cls(info["name"], info.get("config", {}), Trace.load(folder / "trace"),
-                   pd.read_parquet(folder / "metrics.parquet"), rank_traces)
+                   pd.read_parquet(folder / "metrics.parquet"), _load_rank_traces(folder / "ranks"))
+
+
+def _load_rank_traces(ranks: Path) -> Optional[Mapping[str, pd.DataFrame]]:
+    """The rank traces in ``ranks`` (:meth:`RankTraces.load`, read when asked); the frames of a
+    folder written before them; None when the run has none."""
+    if not ranks.is_dir():
+        return None
+    if any(ranks.glob("*.parquet")):
+        return {path.stem: read_parquet(path) for path in sorted(ranks.glob("*.parquet"))}
+    return RankTraces.load(ranks)
 
 
 def run_config(trainer: Any) -> dict[str, Any]:

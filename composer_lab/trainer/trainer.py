@@ -173,18 +173,18 @@ class Trainer:
         return Run(self.state.run_name, run_config(self), self.trace, self.metrics, self._rank_traces)
 
     @property
-    def rank_traces(self) -> dict[str, Any]:
-        """The trace's ``events``, ``invocations`` and ``notes`` with a leading ``rank`` column. On
-        rank 0 of a torchrun launch: every rank's, gathered at the end of the last :meth:`fit`
-        (or by :meth:`gather_traces`); elsewhere: this process's own."""
+    def rank_traces(self) -> distributed.RankTraces:
+        """The trace's ``events``, ``invocations`` and ``notes`` with a leading ``rank`` column, and ``query``.
+        On rank 0 under torchrun: every rank's, as the last :meth:`fit` or :meth:`gather_traces` left them."""
         if self._rank_traces is not None:
             return self._rank_traces
         return distributed.rank_frames(self.trace, self.state.rank)
 
-    def gather_traces(self) -> dict[str, Any]:
-        """Gather every rank's trace on rank 0 now and return :attr:`rank_traces`; under torchrun
-        every rank must call it (``fit`` does, at its end)."""
-        self._rank_traces = distributed.gather_traces(self.trace)
+    def gather_traces(self) -> distributed.RankTraces:
+        """Bring what is new of every rank's trace to rank 0 now (kept in the ``save_folder`` if given) and return
+        :attr:`rank_traces`. Under torchrun every rank must call it (``fit`` does, at its end)."""
+        saved = self.checkpoint_saver and self.checkpoint_saver.folder
+        self._rank_traces = distributed.gather_traces(self.trace, self._rank_traces, saved)
         return self.rank_traces
 
     def _rank_share(self, dataloader: Any, name: str, seed: int) -> Any:
@@ -218,7 +218,7 @@ class Trainer:
                     self._train_epoch()
                 self._flush()
                 run(Event.FIT_END)
-                self._rank_traces = distributed.gather_traces(self.trace)
+                self.gather_traces()
             except BaseException as err:
                 self._after_failure(err)
                 raise

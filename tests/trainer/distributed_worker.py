@@ -17,10 +17,13 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from composer_lab import Trainer
 from composer_lab.algorithms import SelectiveBackprop
+from composer_lab.core.trace import Trace
+from composer_lab.trainer import distributed
 
 from tests.trainer.helpers import tiny_data, tiny_loader, tiny_model
 
 BATCH = 4  # per rank: a step trains on 8 examples
+CHUNK_ROWS = (24, 16)  # events per trace chunk in the chunked run, by rank: a few chunks per fit, more on rank 1
 
 
 def make_trainer(**kwargs) -> Trainer:
@@ -33,7 +36,7 @@ def make_trainer(**kwargs) -> Trainer:
 def record(trainer: Trainer, **extra) -> dict:
     return {"weights": {k: v.detach().clone() for k, v in trainer.state.model.state_dict().items()},
             "timestamp": trainer.state.timestamp.state_dict(), "metrics": trainer.metrics,
-            "checkpoints": [str(p) for p in trainer.checkpoints], "rank_traces": trainer.rank_traces,
+            "checkpoints": [str(p) for p in trainer.checkpoints], "rank_traces": dict(trainer.rank_traces),
             "model_type": type(trainer.state.model).__name__, "wrapped": trainer.ddp.module is not None,
             "generator_seed": trainer.state.generator().initial_seed(), "run_name": trainer.state.run_name,
             **extra}
@@ -90,6 +93,40 @@ def main(out: Path, single_checkpoint: Path) -> None:
     resumed.fit()
     save(out, "resumed", rank, record(resumed))
 
+    save(out, "chunked", rank, chunked_gathers(out))
+
+
+def chunked_gathers(out: Path) -> dict:
+    """Two fits of a trace spilled every CHUNK_ROWS[rank] events: the bytes each rank sent per
+    gather_object call of each fit's gather, its own frames and (rank 0) the frames gathered then."""
+    rank = torch.distributed.get_rank()
+    trainer = make_trainer(trace=Trace("all", chunk_rows=CHUNK_ROWS[rank]), max_duration="2ep",
+                           save_folder=out / "chunked")
+    sent, gather_object, gather_traces = [], torch.distributed.gather_object, distributed.gather_traces
+
+    def measured(obj, *args, **kwargs):
+        sent[-1].append(len(pickle.dumps(obj)))
+        return gather_object(obj, *args, **kwargs)
+
+    def gathering(*args, **kwargs):
+        sent.append([])
+        torch.distributed.gather_object = measured
+        try:
+            return gather_traces(*args, **kwargs)
+        finally:
+            torch.distributed.gather_object = gather_object
+
+    distributed.gather_traces = gathering
+    fits = []
+    for duration in (None, "1ep"):
+        trainer.fit(duration)
+        fits.append({"sent": sent[-1], "gathered": dict(trainer.rank_traces),
+                     "own": {name: getattr(trainer.trace, name) for name in ("events", "invocations", "notes")}})
+    distributed.gather_traces = gather_traces
+    if rank == 0:
+        trainer.to_run().save(out / "chunked-run")
+    return {"fits": fits, "query": trainer.rank_traces.query("invocations", rank=1, batches=(3, 6)) if rank == 0
+            else None}
 
 if __name__ == "__main__":
     torch.set_num_threads(1)

@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, We
 from composer_lab.core.state import State
 from composer_lab.trainer import Run, distributed
 from composer_lab.trainer.checkpoint import load_checkpoint
+from composer_lab.trainer.rank_traces import RankTraces
 
 from tests.trainer.helpers import make_trainer, tiny_data, tiny_loader, tiny_model
 
@@ -152,8 +153,7 @@ def test_gathered_frames_keep_categories_that_differ_between_ranks():
     trainers = [make_trainer(max_duration="1ba"), make_trainer(max_duration="1ba", progress_bar=True)]
     for t in trainers:
         t.fit()
-    frames = [distributed.rank_frames(t.trace, r) for r, t in enumerate(trainers)]
-    joined = distributed._concat([f["invocations"] for f in frames])
+    joined = RankTraces({r: t.trace for r, t in enumerate(trainers)})["invocations"]
     assert isinstance(joined["name"].dtype, pd.CategoricalDtype)
     assert "ProgressBar" in set(joined.loc[joined["rank"] == 1, "name"])
 
@@ -283,7 +283,7 @@ def test_rank_0_writes_a_checkpoint_a_single_process_loads(launched):
     tmp, result = launched
     ranks = [result("plain", 0), result("plain", 1)]
     assert [len(r["checkpoints"]) for r in ranks] == [1, 0]
-    assert sorted(p.name for p in (tmp / "checkpoints").iterdir()) == ["ep1-ba4.pt", "metrics_chunks", "run.json"]
+    assert sorted(p.name for p in (tmp / "checkpoints").iterdir()) == ["ep1-ba4.pt", "metrics_chunks", "rank_traces", "run.json"]
     assert len(load_checkpoint(ranks[0]["checkpoints"][0])["rank_rng"]) == 2
     loaded = make_trainer(train_dataloader=tiny_loader(32, 8), max_duration="1ep",
                           eval_dataloader=tiny_loader(16, 4), load_path=ranks[0]["checkpoints"][0])
@@ -310,3 +310,49 @@ def test_two_ranks_resume_a_single_process_checkpoint(launched):
     single.fit()
     _assert_same_weights(result("resumed", 0)["weights"], single.state.model.state_dict())
     assert result("resumed", 0)["timestamp"] == single.state.timestamp.state_dict()
+
+
+# -- gathering traces of several chunks (the "chunked" run: chunks of 24 events on rank 0, 16 on rank 1)
+def _rank_rows(frame: pd.DataFrame, rank: int) -> pd.DataFrame:
+    return frame[frame["rank"] == rank].drop(columns="rank").reset_index(drop=True)
+
+
+@pytest.mark.slow
+def test_a_gather_sends_a_chunk_per_message_and_rank_0_gets_every_rank_trace(launched):
+    _, result = launched
+    ranks = [result("chunked", r) for r in (0, 1)]
+    sent = ranks[1]["fits"][0]["sent"]  # rank 1's messages: its chunk names, its chunks one by one, its tail
+    assert len(sent) > 8 and max(sent) < sum(sent) / 4
+    for fit in (0, 1):
+        gathered = ranks[0]["fits"][fit]["gathered"]
+        for name in ("events", "invocations", "notes"):
+            assert list(gathered[name].columns[:1]) == ["rank"]
+            for rank in (0, 1):
+                pd.testing.assert_frame_equal(_rank_rows(gathered[name], rank), ranks[rank]["fits"][fit]["own"][name],
+                                              check_categorical=False)
+
+
+@pytest.mark.slow
+def test_the_next_fit_gathers_only_what_is_new(launched):
+    _, result = launched
+    first, second = (fit["sent"] for fit in result("chunked", 1)["fits"])
+    own = [len(fit["own"]["events"]) for fit in result("chunked", 1)["fits"]]
+    assert own[1] > 1.4 * own[0]  # the second fit added about half as many rows again
+    assert sum(second) < 0.75 * sum(first)  # and sent about that, not the whole trace again
+
+
+@pytest.mark.slow
+def test_rank_traces_are_saved_and_loaded_as_chunks(launched):
+    out, result = launched
+    rank0 = result("chunked", 0)
+    gathered = rank0["fits"][1]["gathered"]
+    run = Run.load(out / "chunked-run")
+    persisted = RankTraces.load(out / "chunked" / "rank_traces")  # what a failure later would leave
+    for traces in (run.rank_traces, persisted):
+        assert isinstance(traces, RankTraces) and list(traces.traces) == [0, 1]
+        for name in ("events", "invocations", "notes"):
+            pd.testing.assert_frame_equal(traces[name], gathered[name])
+    assert len(list((out / "chunked-run" / "ranks" / "rank1").glob("*.parquet"))) > 8  # chunks, linked
+    pd.testing.assert_frame_equal(run.rank_traces.query("invocations", rank=1, batches=(3, 6)), rank0["query"])
+    calls = _rank_rows(gathered["invocations"], 1)
+    assert len(rank0["query"]) == calls["batch"].between(3, 5).sum() > 0
