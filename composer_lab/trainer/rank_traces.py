@@ -36,10 +36,12 @@ class RankTraces(Mapping[str, pd.DataFrame]):
     ``rank`` column, built when first read and kept until a gather brings new rows.
 
     ``folder`` holds the gathered ranks' files (default: a temporary folder, removed with this
-    object); a RankTraces made of live traces (:meth:`of`) writes nothing."""
+    object); a RankTraces made of live traces (:meth:`of`) writes nothing. A gather replaces the
+    traces in :attr:`traces`: keep the RankTraces, not one of them."""
 
-    def __init__(self, traces: Mapping[int, Trace] = {}, folder: Union[str, os.PathLike, None] = None) -> None:
-        self.traces = dict(sorted(traces.items()))
+    def __init__(self, traces: Optional[Mapping[int, Trace]] = None,
+                 folder: Union[str, os.PathLike, None] = None) -> None:
+        self.traces = dict(sorted((traces or {}).items()))
         self.folder = Path(folder) if folder is not None else None
         self._frames: dict[str, pd.DataFrame] = {}
 
