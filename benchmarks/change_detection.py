@@ -15,6 +15,12 @@ and a plain PyTorch loop on the same model and data. Two figures per run:
 - ``extra``: a step's time over the plain loop's (10th percentiles of the step times); for
   ``library`` it includes the algorithms' own work (the batch is halved twice, for one).
 
+And a control, ``control declared``: the plain loop on the model of each size, with, at each
+point where the trainer fires an event, an engine whose State holds the 4-tensor model (the
+``user declared`` algorithms, the progress bar) fire it. Its work is the same at every size, so
+what its time grows by is what the machine charges any code run right after a model-sized
+forward, backward or optimizer step (caches), not the engine's cost growing with the model.
+
 Each tree runs in a subprocess of its own, its directory first on PYTHONPATH (``--after``: the tree
 this file is in by default; ``--before``: ``/tmp/before``), the trees alternating repeat by
 repeat so that a slow stretch of the shared machine weighs on both; the figure kept is the median
@@ -27,6 +33,7 @@ Writes benchmarks/results/change_detection.json.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -36,9 +43,10 @@ import sys
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 TENSORS = (4, 162, 322)
-KINDS = ("user undeclared", "user declared", "library")
+KINDS = ("user undeclared", "user declared", "library", "control declared")
 HERE = Path(__file__).resolve().parent
 
 
@@ -48,8 +56,9 @@ def worker(steps: int) -> list[dict]:
     import torch
     from torch import nn
 
-    from composer_lab import Algorithm, Event, Trainer
+    from composer_lab import Algorithm, Engine, Event, State, Trainer
     from composer_lab import algorithms as lib
+    from composer_lab.trainer.progress import ProgressBar
 
     torch.set_num_threads(1)
     step_events = (Event.BATCH_START, Event.BEFORE_TRAIN_BATCH, Event.BEFORE_FORWARD, Event.AFTER_FORWARD,
@@ -99,12 +108,47 @@ def worker(steps: int) -> list[dict]:
         return [b - a for a, b in zip(stamps, stamps[1:])]
 
     def fit(tensors: int, kind: str) -> tuple[list[float], list[float]]:
+        if kind == "control declared":
+            return control(tensors)
         model = mlp(tensors)
         trainer = Trainer(model, batches, f"{steps}ba", loss_fn=nn.functional.cross_entropy,
                           optimizers=torch.optim.SGD(model.parameters(), lr=0.01), algorithms=algorithms[kind](),
                           device="cpu", trace="all", seed=0)
         trainer.fit()
-        events, calls = trainer.trace.events, trainer.trace.invocations
+        return per_step(trainer.trace)
+
+    def control(tensors: int) -> tuple[list[float], list[float]]:
+        """The plain loop on this size's model, an engine on a 4-tensor State firing the trainer's events."""
+        model, small = mlp(tensors), mlp(4)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        state = State(small, f"{steps}ba", optimizers=torch.optim.SGD(small.parameters(), lr=0.01),
+                      algorithms=algorithms["user declared"](), callbacks=[ProgressBar()])
+        engine = Engine(state)
+        run, E = engine.run_event, Event
+        with getattr(engine, "running", contextlib.nullcontext)():
+            run(E.INIT), run(E.FIT_START)
+            for x, y in batches:
+                run(E.BEFORE_DATALOADER)
+                state.batch = (x, y)
+                run(E.AFTER_DATALOADER), run(E.BATCH_START), run(E.BEFORE_TRAIN_BATCH)
+                optimizer.zero_grad(set_to_none=True)
+                run(E.BEFORE_FORWARD)
+                state.outputs = model(x)
+                run(E.AFTER_FORWARD), run(E.BEFORE_LOSS)
+                state.loss = nn.functional.cross_entropy(state.outputs, y)
+                run(E.AFTER_LOSS), run(E.BEFORE_BACKWARD)
+                state.loss.backward()
+                run(E.AFTER_BACKWARD), run(E.AFTER_TRAIN_BATCH)
+                optimizer.step()
+                state.timestamp = state.timestamp.to_next_batch(len(x))
+                run(E.BATCH_END), run(E.BATCH_CHECKPOINT)
+            run(E.FIT_END)
+        engine.close()
+        return per_step(engine.trace)
+
+    def per_step(trace: Any) -> tuple[list[float], list[float]]:
+        """The engine's own time in each step (events minus call bodies) and the steps' times."""
+        events, calls = trace.events, trace.invocations
         step = (events["event"] == "before_dataloader").cumsum()
         bodies = calls.groupby("seq")["duration"].sum()
         own = events["duration"] - events["seq"].map(bodies).fillna(0.0)
@@ -165,12 +209,16 @@ def main() -> None:
     for e in table:
         print(f"{e['kind']:16} {e['tensors']:7d}  {e['engine_us_before']:10.0f} {e['engine_us_after']:11.0f}  "
               f"{e['extra_us_before']:12.0f} {e['extra_us_after']:13.0f}")
+    ratios = {}
     for kind in KINDS:
         engine = [e["engine_us_after"] for e in table if e["kind"] == kind]
-        print(f"after, {kind}: engine time at {TENSORS[-1]} over {TENSORS[0]} tensors: {engine[-1] / engine[0]:.2f}x")
+        ratios[kind] = engine[-1] / engine[0]
+        print(f"after, {kind}: engine time at {TENSORS[-1]} over {TENSORS[0]} tensors: {ratios[kind]:.2f}x")
+    print(f"after, user declared over its control (the growth that is the engine's, not the machine's): "
+          f"{ratios['user declared'] / ratios['control declared']:.2f}x")
     import torch
     result = {"benchmark": "change_detection", "trees": {k: str(v) for k, v in trees.items()},
-              "steps": args.steps, "repeats": args.repeats, "rows": table,
+              "steps": args.steps, "repeats": args.repeats, "rows": table, "ratios_after": ratios,
               "runs": runs, "torch": torch.__version__, "python": platform.python_version(),
               "machine": platform.machine()}
     out = HERE / "results" / "change_detection.json"
