@@ -80,7 +80,8 @@ class EMA(Algorithm):
         self._swapped = False
 
     events = frozenset({Event.FIT_START, Event.BATCH_END, Event.EVAL_BEFORE_ALL, Event.EVAL_AFTER_ALL})
-    writes = frozenset({"model"})
+    writes = {Event.FIT_START: frozenset(), Event.BATCH_END: frozenset(),  # (reads the model, writes its own averages)
+              Event.EVAL_BEFORE_ALL: frozenset({"model"}), Event.EVAL_AFTER_ALL: frozenset({"model"})}  # (swaps)
 
     def apply(self, event: Event, state: State, logger: Logger) -> Optional[int]:
         if event is Event.FIT_START:

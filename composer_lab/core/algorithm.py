@@ -5,12 +5,12 @@ from __future__ import annotations
 import inspect
 from abc import ABC, abstractmethod
 from enum import Enum
-from typing import TYPE_CHECKING, Any, ClassVar, Optional
+from typing import TYPE_CHECKING, Any, ClassVar, Optional, Union
 
 from composer_lab.core.changes import TRACKED_FIELDS
+from composer_lab.core.event import Event
 
 if TYPE_CHECKING:
-    from composer_lab.core.event import Event
     from composer_lab.core.logger import Logger
     from composer_lab.core.state import State
 
@@ -50,20 +50,25 @@ class Algorithm(ABC):
     fuses_layernorm: ClassVar[bool] = False
     mixes_examples: ClassVar[bool] = False
 
-    writes: ClassVar[Optional[frozenset[str]]] = None
+    writes: ClassVar[Union[frozenset[str], dict[Event, frozenset[str]], None]] = None
     """The State fields ``apply`` may change (of ``batch``, ``outputs``, ``loss``, ``model``,
-    ``optimizers``), or None: unknown. The trace's ``changed`` column compares the model (an
-    O(parameters) walk) only around calls that may write it; declaring a set without ``'model'``
-    makes the trace's cost per call independent of the model's size."""
+    ``optimizers``), or None: unknown; or, when they differ from event to event, a dict from each
+    event to its fields (an event left out: unknown). The trace's ``changed`` column compares the
+    model (an O(parameters) walk) only around calls that may write it; declaring a set without
+    ``'model'`` makes the trace's cost per call independent of the model's size. EMA declares
+    ``{Event.BATCH_END: frozenset(), Event.EVAL_BEFORE_ALL: frozenset({'model'}), ...}``: it only
+    reads the model at every step, and swaps its weights in for evaluation."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Refuse a ``writes`` that is neither None nor a frozenset of tracked field names: a
-        misspelt name would silently turn the model check off."""
+        """Refuse a ``writes`` that is neither None, a frozenset of tracked field names nor a dict
+        of events to those: a misspelt name would silently turn the model check off. A dict's
+        keys may be events or their names; they are kept as events."""
         super().__init_subclass__(**kwargs)
         writes = cls.__dict__.get("writes")
-        if writes is not None and not (isinstance(writes, frozenset) and writes <= frozenset(TRACKED_FIELDS)):
-            raise TypeError(f"{cls.__name__}.writes must be None (unknown) or a frozenset of {TRACKED_FIELDS}, "
-                            f"got {writes!r}; e.g. writes = frozenset({{'batch'}})")
+        if isinstance(writes, dict):
+            cls.writes = {_declared_event(cls, event): _declared_fields(cls, fields) for event, fields in writes.items()}
+        elif writes is not None:
+            _declared_fields(cls, writes)
 
     @property
     def find_unused_parameters(self) -> bool:
@@ -143,3 +148,20 @@ def describe(algorithm: Algorithm) -> dict[str, Any]:
         if isinstance(value, _JSON_SCALARS):
             hparams[name] = value
     return {"class": type(algorithm).__name__, "hparams": hparams}
+
+
+def _declared_fields(cls: type, fields: Any) -> frozenset:
+    """``fields`` if it is a frozenset of tracked field names, else a TypeError naming the fix."""
+    if not (isinstance(fields, frozenset) and fields <= frozenset(TRACKED_FIELDS)):
+        raise TypeError(f"{cls.__name__}.writes must be None (unknown), a frozenset of {TRACKED_FIELDS} or a dict "
+                        f"of events to such frozensets, got {fields!r}; e.g. writes = frozenset({{'batch'}})")
+    return fields
+
+
+def _declared_event(cls: type, event: Any) -> Event:
+    """The event a key of a ``writes`` dict names, else a TypeError naming the fix."""
+    try:
+        return Event(event)
+    except ValueError:
+        raise TypeError(f"{cls.__name__}.writes: {event!r} is no event; key the dict by Event members, "
+                        f"e.g. {{Event.BATCH_END: frozenset()}}") from None

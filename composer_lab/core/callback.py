@@ -26,7 +26,8 @@ class Callback:
     :meth:`post_close`; any other name is free for a subclass. A subclass that changes no State
     field the trace watches, or none but a few, may say so as an algorithm does, with a class
     attribute ``writes = frozenset()`` (see :attr:`Algorithm.writes`): its calls then cost the
-    trace the same whatever the model's size. ``writes`` is read only when it is a frozenset.
+    trace the same whatever the model's size. ``writes`` is read only when it is a frozenset or
+    a dict of Event members to frozensets (fields event by event, as on an algorithm).
     """
 
     def run_event(self, event: Event, state: State, logger: Logger) -> None:

@@ -10,8 +10,9 @@ Two parts, so that the usual call costs the same whatever the model's size:
   rates: O(1) in the model, compared around every call;
 - the model's signature (its module and parameter ids for surgery, the parameters' versions for
   weight writes, their ``requires_grad`` flags for freezing): O(parameters), taken before and
-  after only the calls that may write the model, i.e. whose ``writes`` is not a frozenset
-  (undeclared) or names ``'model'``. A declaration is trusted: an object declaring
+  after only the calls that may write the model, i.e. whose ``writes`` (at the event at hand,
+  when declared event by event) is not a frozenset (undeclared) or names ``'model'``. A
+  declaration is trusted: an object declaring
   ``writes = frozenset({'batch'})`` is never compared on the model (tests/trainer/
   test_writes_declared.py checks the library's claims).
 
@@ -149,10 +150,12 @@ class FieldWatcher:
 
     def __init__(self, state: Any) -> None:
         self.state, self._fields, self._model, self._watching = state, ((), (), (), ()), None, False
+        self._event: Any = None
 
     def watch(self, event: Event) -> None:
         """Take the fields as they are now, before the first call of ``event``."""
         self._fields, self._model = _fields(self.state), None if event in _BOUNDARY_EVENTS else self._model
+        self._event = event
 
     def release(self) -> None:
         """Let go of the fields after an event's calls: the trainer frees what it replaces (last
@@ -161,8 +164,11 @@ class FieldWatcher:
 
     def before(self, obj: Any) -> None:
         """Ready the check of ``obj``'s call: the model's signature when it may write the model."""
-        # (a callback's own 'writes' may be anything but a frozenset)
-        self._watching = type(writes := getattr(obj, "writes", None)) is not frozenset or "model" in writes
+        writes = getattr(obj, "writes", None)
+        if type(writes) is dict:  # declared event by event (an event left out: unknown)
+            writes = writes.get(self._event)
+        # (a callback's own 'writes' may be anything but a frozenset: unknown)
+        self._watching = type(writes) is not frozenset or "model" in writes
         if self._watching and not (self._model is not None and self._model[2] == _hooks and _users):
             self._model = self._signature()  # (else the last one holds: no hook fired, no undeclared call ran)
 

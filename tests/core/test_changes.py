@@ -137,7 +137,36 @@ def test_a_callbacks_own_writes_attribute_is_no_declaration():
     assert changed_by(engine) == {"OwnWrites": ("model",)}
 
 
-@pytest.mark.parametrize("writes", [frozenset({"models"}), {"batch"}, ("batch",)])
+@pytest.mark.parametrize("writes", [frozenset({"models"}), {"batch"}, ("batch",),
+                                    {Event.AFTER_LOSS: frozenset({"models"})}, {Event.AFTER_LOSS: {"model"}}])
 def test_an_algorithm_declaring_anything_but_tracked_field_names_is_refused(writes):
     with pytest.raises(TypeError, match="frozenset of"):
         type("Typo", (Touch,), {"writes": writes})
+
+
+def test_a_per_event_declaration_keyed_by_anything_but_an_event_is_refused():
+    with pytest.raises(TypeError, match="'after_losss' is no event"):
+        type("Typo", (Touch,), {"writes": {"after_losss": frozenset()}})
+
+
+class BumpEverywhere(Bump):
+    """Adds 1 to the first parameter wherever it runs; says it writes the model only at AFTER_LOSS
+    and nothing at BATCH_END (a lie there, which the trace then believes), and leaves BEFORE_LOSS out."""
+
+    events = frozenset({Event.BEFORE_LOSS, Event.AFTER_LOSS, Event.BATCH_END})
+    writes = {"after_loss": frozenset({"model"}), Event.BATCH_END: frozenset()}
+
+
+def test_a_per_event_declaration_is_read_at_each_event():
+    assert BumpEverywhere.writes == {Event.AFTER_LOSS: frozenset({"model"}), Event.BATCH_END: frozenset()}
+    model = counted_mlp(4)
+    engine = engine_over(model, [BumpEverywhere()])
+    reads = {}
+    for event in (Event.BEFORE_LOSS, Event.AFTER_LOSS, Event.BATCH_END):
+        Counted.reads = 0
+        engine.run_event(event)
+        reads[event.value] = Counted.reads
+    calls = engine.trace.invocations
+    assert calls.set_index("event").changed.to_dict() == {  # (BATCH_END: declared nothing, so trusted)
+        "before_loss": ("model",), "after_loss": ("model",), "batch_end": ()}
+    assert reads["batch_end"] == 0 < reads["after_loss"] and reads["before_loss"] > 0
