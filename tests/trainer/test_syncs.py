@@ -21,7 +21,7 @@ from composer_lab.core import logger as logger_module
 from composer_lab.core.logger import Logger
 from composer_lab.trainer.syncs import SyncCounter
 
-from tests.trainer.helpers import make_trainer, tiny_loader
+from tests.trainer.helpers import make_trainer, tiny_loader, tiny_model
 
 FLUSH_INTERVAL, BATCHES = 4, 12
 
@@ -67,6 +67,16 @@ def test_no_sync_per_batch_only_at_the_flush_points(settings):
     assert [n for i, n in enumerate(per_batch) if i not in flushes] == [0] * (BATCHES - len(flushes))
     # a flush: the non-finite check's read and one bulk copy of the logged values (CPU: one device)
     assert all(1 <= per_batch[i] <= 2 for i in flushes)
+
+
+@pytest.mark.parametrize("fused, per_step", [(True, 0), (False, 1)], ids=["fused", "not_fused"])
+def test_amp_fp16_syncs_per_batch_only_through_a_non_fused_optimizer(fused, per_step):
+    """GradScaler reads whether the gradients overflowed once per step, unless the optimizer takes
+    the scale and that flag on the device (``fused=True``): then amp_fp16 keeps the default's zero."""
+    model = tiny_model()
+    per_batch = _syncs_per_batch(model=model, precision="amp_fp16",
+                                 optimizers=torch.optim.SGD(model.parameters(), lr=0.1, fused=fused))
+    assert [n for i, n in enumerate(per_batch) if (i + 1) % FLUSH_INTERVAL] == [per_step] * (BATCHES - BATCHES // FLUSH_INTERVAL)
 
 
 def test_before_step_reads_the_loss_once_per_batch():
