@@ -76,7 +76,8 @@ def test_amp_fp16_syncs_per_batch_only_through_a_non_fused_optimizer(fused, per_
     model = tiny_model()
     per_batch = _syncs_per_batch(model=model, precision="amp_fp16",
                                  optimizers=torch.optim.SGD(model.parameters(), lr=0.1, fused=fused))
-    assert [n for i, n in enumerate(per_batch) if (i + 1) % FLUSH_INTERVAL] == [per_step] * (BATCHES - BATCHES // FLUSH_INTERVAL)
+    between_flushes = [n for i, n in enumerate(per_batch) if (i + 1) % FLUSH_INTERVAL]
+    assert between_flushes == [per_step] * (BATCHES - BATCHES // FLUSH_INTERVAL)
 
 
 def test_before_step_reads_the_loss_once_per_batch():
