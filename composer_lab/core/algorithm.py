@@ -162,6 +162,5 @@ def _declared_event(cls: type, event: Any) -> Event:
     """The event a key of a ``writes`` dict names, else a TypeError naming the fix."""
     try:
         return Event(event)
-    except ValueError:
-        raise TypeError(f"{cls.__name__}.writes: {event!r} is no event; key the dict by Event members, "
-                        f"e.g. {{Event.BATCH_END: frozenset()}}") from None
+    except ValueError as err:
+        raise TypeError(f"{cls.__name__}.writes: {err}") from None

@@ -145,7 +145,7 @@ def test_an_algorithm_declaring_anything_but_tracked_field_names_is_refused(writ
 
 
 def test_a_per_event_declaration_keyed_by_anything_but_an_event_is_refused():
-    with pytest.raises(TypeError, match="'after_losss' is no event"):
+    with pytest.raises(TypeError, match=r"'after_losss' is not an event \(did you mean 'after_loss'\?\)"):
         type("Typo", (Touch,), {"writes": {"after_losss": frozenset()}})
 
 
