@@ -66,7 +66,8 @@ class Algorithm(ABC):
         super().__init_subclass__(**kwargs)
         writes = cls.__dict__.get("writes")
         if isinstance(writes, dict):
-            cls.writes = {_declared_event(cls, event): _declared_fields(cls, fields) for event, fields in writes.items()}
+            cls.writes = {_declared_event(cls, event): _declared_fields(cls, fields)
+                          for event, fields in writes.items()}
         elif writes is not None:
             _declared_fields(cls, writes)
 

@@ -283,7 +283,8 @@ def test_rank_0_writes_a_checkpoint_a_single_process_loads(launched):
     tmp, result = launched
     ranks = [result("plain", 0), result("plain", 1)]
     assert [len(r["checkpoints"]) for r in ranks] == [1, 0]
-    assert sorted(p.name for p in (tmp / "checkpoints").iterdir()) == ["ep1-ba4.pt", "metrics_chunks", "rank_traces", "run.json"]
+    assert sorted(p.name for p in (tmp / "checkpoints").iterdir()) == [
+        "ep1-ba4.pt", "metrics_chunks", "rank_traces", "run.json"]
     assert len(load_checkpoint(ranks[0]["checkpoints"][0])["rank_rng"]) == 2
     loaded = make_trainer(train_dataloader=tiny_loader(32, 8), max_duration="1ep",
                           eval_dataloader=tiny_loader(16, 4), load_path=ranks[0]["checkpoints"][0])
