@@ -31,7 +31,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 __all__ = ["ChunkStore", "Bounds", "to_table", "where", "table_to_bytes", "table_from_bytes", "explode", "to_json",
-           "write_parquet", "read_parquet", "decoded", "absent", "columns"]
+           "write_parquet", "read_parquet", "decoded", "absent", "columns", "temporary_folder"]
 
 Bounds = Optional[tuple[Any, Any]]
 """A half-open range ``(lo, hi)`` of a column's values (either end None: open), or None: any."""
@@ -101,14 +101,12 @@ class ChunkStore:
         self.chunks = list(chunks)
         self.tail: dict[str, pa.Table] = {}
         """Rows not written as chunks, kept with the store (a restored checkpoint's)."""
-        self._cleanup: Optional[weakref.finalize] = None
 
     def _target(self) -> Path:
-        """The folder to write into: a temporary one, made at the first write when none was
-        given and removed when this store is collected."""
+        """The folder to write into: a temporary one (:func:`temporary_folder`), made at the first
+        write when none was given."""
         if self.folder is None:
-            self.folder = Path(tempfile.mkdtemp(prefix="composer_lab-chunks-"))
-            self._cleanup = weakref.finalize(self, shutil.rmtree, str(self.folder), True)
+            self.folder = temporary_folder(self, "composer_lab-chunks-")
         self.folder.mkdir(parents=True, exist_ok=True)
         return self.folder
 
@@ -193,6 +191,13 @@ class ChunkStore:
         store = cls(saved["folder"], keys, saved["chunks"])
         store.tail = {name: table_from_bytes(data) for name, data in saved["tail"].items()}
         return store
+
+
+def temporary_folder(owner: Any, prefix: str) -> Path:
+    """A new temporary folder, removed with what it holds when ``owner`` is collected."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    weakref.finalize(owner, shutil.rmtree, str(folder), True)
+    return folder
 
 
 def _share(source: Path, target: Path) -> None:

@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import uuid
-import weakref
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
 import pandas as pd
 
 from composer_lab.core.trace import Trace
+from composer_lab.tables import temporary_folder
 
 __all__ = ["RankTraces", "TRACE_FRAMES", "RANK_TRACES"]
 
@@ -114,8 +113,7 @@ class RankTraces(Mapping[str, pd.DataFrame]):
     def _folder(self, rank: int) -> Path:
         """Rank ``rank``'s folder, in a temporary folder made at the first use when none was given."""
         if self.folder is None:
-            self.folder = Path(tempfile.mkdtemp(prefix="composer_lab-ranks-"))
-            weakref.finalize(self, shutil.rmtree, str(self.folder), True)
+            self.folder = temporary_folder(self, "composer_lab-ranks-")
         return self.folder / f"rank{rank}"
 
     # -- persistence ----------------------------------------------------------------------------

@@ -136,7 +136,7 @@ class Trainer:
         self._batch_seq = 0  # the trace's seq when the batch in flight was taken
         self._guard = InterruptGuard()
         self._fit_lock = FitLock()
-        self._rank_traces: Optional[dict[str, Any]] = None
+        self._rank_traces: Optional[distributed.RankTraces] = None
         self._close_at_exit = close_at_exit(self)
 
         self.engine.run_event(Event.INIT)
