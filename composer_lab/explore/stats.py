@@ -1,0 +1,176 @@
+"""The statistics of a sweep: paired tests, equivalence, multiplicity, the global test, power.
+
+A seed fixes the initial weights and the data order, so the runs of two orders with one seed
+form a pair, and every comparison here works on the paired differences. The functions are
+pure (arrays in, numbers out) so the ranking, the race and the plots share one definition of
+each test:
+
+- :func:`paired`: the paired t-test of the differences against 0 and its t-interval, with the
+  cases where it is undefined labelled (``degenerate``) instead of returned as NaN or as a
+  zero-width interval;
+- :func:`tost_p_value`: two one-sided tests, for "the difference lies within +-delta";
+- :func:`holm`: Holm-Bonferroni adjustment of a family of p-values;
+- :func:`friedman`: Friedman's test that any order differs, seeds as blocks;
+- :func:`seeds_needed`: how many seeds a paired test needs to resolve a difference of delta.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+from scipy import stats
+
+__all__ = ["VERDICTS", "Paired", "paired", "tost_p_value", "holm", "friedman", "seeds_needed", "check_delta",
+           "check_alpha"]
+
+VERDICTS = ("best", "worse", "equivalent", "racing", "undecided")
+"""The words a comparison ends with: the current best; worse than it (paired test, Holm-adjusted);
+equivalent to it within +-delta (TOST); still racing; undecided (the seeds ran out)."""
+
+_RELATIVE_SPREAD = 1e-9
+"""Differences whose spread is below this fraction of their size are equal (float rounding)."""
+
+
+@dataclass(frozen=True)
+class Paired:
+    """A paired comparison: n pairs, the mean difference, its interval and the t-test's p-value.
+
+    ``degenerate`` is None for a regular test, or why the t-test is undefined: ``"n < 2"`` (no
+    spread to estimate; interval and p-value NaN) or ``"zero spread"`` (every difference equal:
+    the difference is known exactly, so ``ci_low == ci_high == mean`` and ``p_value`` is 0.0 if
+    the mean is not 0, else 1.0)."""
+
+    n: int
+    mean: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+    degenerate: Optional[str]
+
+
+def paired(diffs: np.ndarray, confidence: float = 0.95) -> Paired:
+    """The paired t-test of ``diffs`` (one difference per seed; NaN pairs dropped) against 0,
+    with the t-interval of the mean difference at ``confidence``."""
+    d = _finite(diffs)
+    n = len(d)
+    mean = float(d.mean()) if n else math.nan
+    if n < 2:
+        return Paired(n, mean, math.nan, math.nan, math.nan, "n < 2")
+    if _zero_spread(d):
+        return Paired(n, mean, mean, mean, 0.0 if mean != 0 else 1.0, "zero spread")
+    se = float(d.std(ddof=1)) / math.sqrt(n)
+    half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * se
+    p_value = float(2 * stats.t.sf(abs(mean) / se, n - 1))
+    return Paired(n, mean, mean - half, mean + half, p_value, None)
+
+
+def tost_p_value(diffs: np.ndarray, delta: float) -> float:
+    """The paired two one-sided tests' p-value for ``|true mean difference| < delta``: the larger
+    of the p-values of "mean <= -delta" and "mean >= delta". Small means equivalent within delta.
+    Zero spread: 0.0 if ``|mean| < delta`` else 1.0; fewer than 2 pairs: NaN."""
+    check_delta(delta)
+    d = _finite(diffs)
+    n = len(d)
+    if n < 2:
+        return math.nan
+    mean = float(d.mean())
+    if _zero_spread(d):
+        return 0.0 if abs(mean) < delta else 1.0
+    se = float(d.std(ddof=1)) / math.sqrt(n)
+    below = stats.t.sf((mean + delta) / se, n - 1)  # H0: mean <= -delta
+    above = stats.t.cdf((mean - delta) / se, n - 1)  # H0: mean >= +delta
+    return float(max(below, above))
+
+
+def holm(p_values: Sequence[float]) -> np.ndarray:
+    """Holm-Bonferroni adjusted p-values, in the order given. NaN entries stay NaN and do not
+    count in the family; the adjusted values are monotone in the raw ones and at most 1."""
+    p = np.asarray(p_values, dtype=float)
+    adjusted = np.full(p.shape, math.nan)
+    valid = np.flatnonzero(~np.isnan(p))
+    order = valid[np.argsort(p[valid], kind="stable")]
+    m = len(order)
+    scaled = (m - np.arange(m)) * p[order]
+    adjusted[order] = np.minimum(np.maximum.accumulate(scaled), 1.0)
+    return adjusted
+
+
+def friedman(values: np.ndarray) -> tuple[float, float]:
+    """Friedman's chi-square and p-value for "some order differs": rows are seeds (blocks),
+    columns orders; seeds with a missing value are left out. (NaN, NaN) when undefined: fewer
+    than 3 orders (for 2, the paired test is the answer) or fewer than 2 complete seeds.
+    Every seed giving every order the same value: (0.0, 1.0)."""
+    v = np.asarray(values, dtype=float)
+    if v.ndim != 2:
+        raise ValueError(f"friedman needs a 2-d table, seeds x orders, got shape {v.shape}; "
+                         "e.g. results.pivot(index='seed', columns='order', values=metric)")
+    v = v[~np.isnan(v).any(axis=1)]
+    if v.shape[1] < 3 or v.shape[0] < 2:
+        return math.nan, math.nan
+    if all(_zero_spread(row) for row in v):
+        return 0.0, 1.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = stats.friedmanchisquare(*v.T)
+    return float(result.statistic), float(result.pvalue)
+
+
+def seeds_needed(diffs: np.ndarray, delta: float, alpha: float = 0.05, power: float = 0.8) -> int:
+    """Seeds a two-sided paired t-test at level ``alpha`` needs to detect a true difference of
+    ``delta`` with probability ``power``, the spread of the differences being the one observed
+    in ``diffs``. Computed with the noncentral t distribution (the t-test's own power), searched
+    upward from the normal approximation. Zero spread: 2 (the fewest a test needs)."""
+    check_delta(delta)
+    check_alpha(alpha)
+    if not 0 < power < 1:
+        raise ValueError(f"power must lie in (0, 1), got {power!r}; e.g. power=0.8")
+    d = _finite(diffs)
+    if len(d) < 2:
+        raise ValueError(f"seeds_needed estimates the spread of the paired differences, so it needs at least 2 "
+                         f"seeds of each order, got {len(d)}; run the sweep with 2 or more seeds first")
+    if _zero_spread(d):
+        return 2
+    effect = delta / float(d.std(ddof=1))
+    normal = (stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)) / effect
+    n = max(2, math.ceil(normal ** 2))
+    while _t_power(n, effect, alpha) < power:
+        n += 1
+    return n
+
+
+def check_delta(delta: float) -> float:
+    """``delta`` as a positive float, or a ValueError that says what delta is."""
+    if isinstance(delta, bool) or not isinstance(delta, (int, float, np.floating, np.integer)) \
+            or not math.isfinite(delta) or delta <= 0:
+        raise ValueError(f"delta must be a positive number, got {delta!r}: the smallest difference of the metric "
+                         "that matters, in the metric's units, e.g. delta=0.005 for half a point of accuracy")
+    return float(delta)
+
+
+def check_alpha(alpha: float) -> float:
+    """``alpha`` as a float in (0, 1), or a ValueError."""
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.floating)) or not 0 < alpha < 1:
+        raise ValueError(f"alpha must lie in (0, 1), got {alpha!r}: the error rate a test accepts, e.g. alpha=0.05")
+    return float(alpha)
+
+
+def _t_power(n: int, effect: float, alpha: float) -> float:
+    """Power of the two-sided one-sample t-test with n pairs at a standardised effect."""
+    df = n - 1
+    critical = stats.t.ppf(1 - alpha / 2, df)
+    shift = effect * math.sqrt(n)
+    return float(stats.nct.sf(critical, df, shift) + stats.nct.cdf(-critical, df, shift))
+
+
+def _finite(values: np.ndarray) -> np.ndarray:
+    v = np.asarray(values, dtype=float).ravel()
+    return v[~np.isnan(v)]
+
+
+def _zero_spread(d: np.ndarray) -> bool:
+    """Every value equal, up to float rounding of values of their size."""
+    return bool(np.ptp(d) <= _RELATIVE_SPREAD * np.max(np.abs(d)))
