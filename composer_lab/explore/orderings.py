@@ -6,6 +6,12 @@ permutations of a list run every event in the same order: :func:`orderings` keep
 kind. Given a commutation table (:func:`~composer_lab.explore.commutation.commutation`), it also
 merges orders that differ only by swapping list neighbours that commute, so a sweep trains only
 the orders that can differ.
+
+An order is named by what runs (:func:`run_label`): the engine's order at each event where two or
+more of the algorithms listen and the passes leave their order free, e.g.
+``after_dataloader: SelectiveBackprop > MixUp > CutOut``. The list order that produced it is kept
+beside it. What the question leaves out (an algorithm a pass pins, or one that never meets
+another) is said in a table of its own (:func:`out_of_question`), not silently dropped.
 """
 
 from __future__ import annotations
@@ -14,7 +20,8 @@ import itertools
 import math
 import random
 import warnings
-from typing import Any, Optional, Sequence
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional, Sequence, Union
 
 import pandas as pd
 import torch
@@ -22,15 +29,21 @@ import torch
 from composer_lab.core.algorithm import Algorithm
 from composer_lab.core.engine import Engine
 from composer_lab.core.event import Event
+from composer_lab.core.passes import pass_name
 from composer_lab.core.state import State
 from composer_lab.core.trace import Trace
 
-__all__ = ["orderings", "algorithm_names", "order_label", "check_algorithms", "commuting_pairs", "MAX_ALGORITHMS"]
+__all__ = ["orderings", "algorithm_names", "order_label", "run_label", "run_labels", "out_of_question", "Question",
+           "check_algorithms", "commuting_pairs", "MAX_ALGORITHMS", "NO_SHARED_EVENT"]
 
 MAX_ALGORITHMS = 8
 """The most algorithms whose permutations are all enumerated (8! = 40,320)."""
 
 Order = tuple[int, ...]
+NO_SHARED_EVENT = "each algorithm runs alone at its events"
+"""The label of the one order of algorithms that never meet at an event."""
+OUT_OF_QUESTION_COLUMNS = ["algorithm", "reason"]
+_EVENT_SAMPLE = 2000  # permutations of one event's listeners examined past MAX_ALGORITHMS of them
 
 
 def check_algorithms(algorithms: Sequence[Any]) -> list[Algorithm]:
@@ -59,8 +72,133 @@ def algorithm_names(algorithms: Sequence[Algorithm]) -> list[str]:
 
 
 def order_label(names: Sequence[str]) -> str:
-    """An order as text: 'CutOut > LabelSmoothing > SelectiveBackprop'."""
+    """A list order as text: 'CutOut > LabelSmoothing > SelectiveBackprop'."""
     return " > ".join(names)
+
+
+def run_label(plans: Mapping[Union[Event, str], Sequence[str]]) -> str:
+    """What runs, as text: each event's order, events in loop order, joined with '; ', e.g.
+    'after_dataloader: SelectiveBackprop > MixUp > CutOut'. ``plans`` maps events to the names
+    the engine runs there, in order; no event at all reads :data:`NO_SHARED_EVENT`."""
+    loop = list(Event)
+    events = sorted((Event(e) for e in plans), key=loop.index)
+    parts = [f"{event.value}: {order_label(plans[event] if event in plans else plans[event.value])}"
+             for event in events]
+    return "; ".join(parts) or NO_SHARED_EVENT
+
+
+@dataclass(frozen=True)
+class Question:
+    """What the passes leave to decide about the order of ``algorithms``.
+
+    ``shared``: the events where two or more of them listen (loop order); ``free``: those where
+    the passes run them in more than one order; ``out``: the algorithms out of the question, with
+    why (:func:`out_of_question`); ``passes``: the names of the passes assumed."""
+
+    algorithms: list[Algorithm]
+    names: list[str]
+    shared: dict[Event, list[int]]
+    free: list[Event]
+    out: pd.DataFrame
+    passes: list[str]
+    engine: Engine
+
+    def plans(self, positions: Sequence[int], events: Optional[Sequence[Event]] = None) -> dict[str, list[str]]:
+        """The names the engine runs at each of ``events`` (default: the free ones, else the
+        shared ones) when the list is ``positions``."""
+        events = (self.free or list(self.shared)) if events is None else events
+        return {event.value: [self.names[i] for i in _plan(self.engine, event, self.algorithms, positions,
+                                                             self.shared[event])]
+                for event in events}
+
+    def label(self, positions: Sequence[int]) -> str:
+        """:func:`run_label` of the order ``positions`` runs."""
+        return run_label(self.plans(positions))
+
+
+def question(algorithms: Sequence[Algorithm], passes: Optional[Sequence[Any]] = None) -> Question:
+    """The :class:`Question` of ``algorithms`` under ``passes`` (default: the engine's)."""
+    algorithms = check_algorithms(algorithms)
+    engine = _engine(passes)
+    shared = {event: listening for event in Event
+              if len(listening := [i for i, a in enumerate(algorithms) if a.events is None or event in a.events]) > 1}
+    plans = {event: _event_plans(engine, event, algorithms, listening) for event, listening in shared.items()}
+    free = [event for event in shared if len(plans[event]) > 1]
+    names = algorithm_names(algorithms)
+    out = _out_of_question(algorithms, names, engine, shared, plans)
+    return Question(algorithms, names, shared, free, out, [pass_name(p) for p in engine.passes], engine)
+
+
+def out_of_question(algorithms: Sequence[Algorithm], passes: Optional[Sequence[Any]] = None) -> pd.DataFrame:
+    """The algorithms whose place no order changes, one row each with the reason: pinned by a
+    pass at every event it shares (e.g. 'pinned first at after_dataloader by
+    sort_selective_backprop_first'), or never sharing an event with another algorithm."""
+    return question(algorithms, passes).out
+
+
+def run_labels(algorithms: Sequence[Algorithm], orders: Sequence[Sequence[int]],
+               passes: Optional[Sequence[Any]] = None) -> list[str]:
+    """The :func:`run_label` of each order (positions into ``algorithms``) under ``passes``."""
+    asked = question(algorithms, passes)
+    return [asked.label(tuple(order)) for order in orders]
+
+
+def _engine(passes: Optional[Sequence[Any]]) -> Engine:
+    engine = Engine(State(torch.nn.Identity()), trace="off")
+    if passes is not None:
+        engine.passes = passes
+    return engine
+
+
+def _plan(engine: Engine, event: Event, algorithms: list[Algorithm], positions: Sequence[int],
+          listening: Sequence[int]) -> Order:
+    """The positions the engine runs at ``event``, in order, when the list is ``positions`` and
+    ``listening`` listen there (all assumed to match)."""
+    index = {id(a): i for i, a in enumerate(algorithms)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the passes' warnings (two loss interpolators) say nothing about order
+        ran = engine.plan(event, [algorithms[i] for i in positions if i in listening], assume_matched=True)
+    return tuple(index[id(a)] for a in ran)
+
+
+def _event_plans(engine: Engine, event: Event, algorithms: list[Algorithm], listening: list[int]) -> set[Order]:
+    """Every order the engine runs ``listening`` in at ``event``, over the permutations of them
+    (a sample past :data:`MAX_ALGORITHMS`)."""
+    perms = _permutations(len(listening), None if len(listening) <= MAX_ALGORITHMS else _EVENT_SAMPLE, 0)
+    return {_plan(engine, event, algorithms, [listening[i] for i in perm], listening) for perm in perms}
+
+
+def _out_of_question(algorithms: list[Algorithm], names: list[str], engine: Engine, shared: dict[Event, list[int]],
+                     plans: dict[Event, set[Order]]) -> pd.DataFrame:
+    """One row per algorithm that has the same place in every order, with why."""
+    rows = []
+    for i, name in enumerate(names):
+        events = [event for event, listening in shared.items() if i in listening]
+        if not events:
+            rows.append((name, "never shares an event with another algorithm"))
+        elif all(_pinned(i, plans[event]) for event in events):
+            rows.append((name, "; ".join(_why_pinned(i, event, algorithms, names, engine, shared[event], plans[event])
+                                         for event in events)))
+    return pd.DataFrame(rows, columns=OUT_OF_QUESTION_COLUMNS)
+
+
+def _pinned(i: int, plans: set[Order]) -> bool:
+    """Whether ``i`` has the same algorithms before it in every plan."""
+    return len({frozenset(plan[:plan.index(i)]) for plan in plans}) == 1
+
+
+def _why_pinned(i: int, event: Event, algorithms: list[Algorithm], names: list[str], engine: Engine,
+                listening: list[int], plans: set[Order]) -> str:
+    """'pinned first at after_dataloader by sort_selective_backprop_first': where, and the
+    passes without which it would move."""
+    plan = next(iter(plans))
+    place = plan.index(i)
+    where = "first" if place == 0 else "last" if place == len(plan) - 1 else \
+        f"after {', '.join(names[j] for j in plan[:place])}"
+    passes = engine.passes
+    movers = [pass_name(p) for k, p in enumerate(passes)
+              if not _pinned(i, _event_plans(_engine(passes[:k] + passes[k + 1:]), event, algorithms, listening))]
+    return f"pinned {where} at {event.value} by {' and '.join(movers) if movers else 'the passes together'}"
 
 
 def orderings(algorithms: Sequence[Algorithm], passes: Optional[Sequence[Any]] = None,
@@ -77,16 +215,21 @@ def orderings(algorithms: Sequence[Algorithm], passes: Optional[Sequence[Any]] =
     that many permutations, drawn at random (``seed``; the list as given comes first), are
     examined instead of all of them.
 
-    Columns: ``order`` (the list order, as a label), ``positions`` (indices into ``algorithms``,
-    the first permutation of its kind), ``plans`` (for each event where two or more of them
-    listen, the order the engine runs them in: FILO reverses after-events), ``permutations``
-    (the labels of all permutations that collapse into it) and ``n_permutations``. The first
-    row is the list as given.
+    Columns: ``order`` (what runs: :func:`run_label` of the engine's order at each event where
+    the passes leave it free), ``list_order`` (the list that runs so, the first permutation of its
+    kind, as a label), ``positions`` (that list as indices into ``algorithms``), ``plans`` (the
+    engine's order at every event where two or more of them listen: FILO reverses after-events),
+    ``permutations`` (the list labels of all permutations that collapse into it) and
+    ``n_permutations``. The first row is the list as given. ``attrs``: ``out_of_question`` (the
+    algorithms no order moves, and why: :func:`out_of_question`), ``free_events`` and ``passes``
+    (their names).
     """
-    algorithms = check_algorithms(algorithms)
-    names = algorithm_names(algorithms)
-    perms = _permutations(len(algorithms), max_orders, seed)
-    events, signatures = _signatures(algorithms, perms, passes)
+    asked = question(algorithms, passes)
+    names = asked.names
+    perms = _permutations(len(asked.algorithms), max_orders, seed)
+    events = list(asked.shared)
+    signatures = {perm: tuple(_plan(asked.engine, event, asked.algorithms, perm, asked.shared[event])
+                              for event in events) for perm in perms}
     groups = _UnionFind(perms)
     first_of: dict[tuple, Order] = {}
     for perm in perms:
@@ -96,12 +239,16 @@ def orderings(algorithms: Sequence[Algorithm], passes: Optional[Sequence[Any]] =
     members: dict[Order, list[Order]] = {}
     for perm in perms:
         members.setdefault(groups.find(perm), []).append(perm)
-    rows = [{"order": order_label([names[i] for i in group[0]]), "positions": group[0],
+    rows = [{"order": asked.label(group[0]), "list_order": order_label([names[i] for i in group[0]]),
+             "positions": group[0],
              "plans": {event.value: order_label([names[i] for i in plan])
                        for event, plan in zip(events, signatures[group[0]])},
              "permutations": [order_label([names[i] for i in p]) for p in group], "n_permutations": len(group)}
             for group in members.values()]
-    return pd.DataFrame(rows, columns=["order", "positions", "plans", "permutations", "n_permutations"])
+    table = pd.DataFrame(rows, columns=["order", "list_order", "positions", "plans", "permutations",
+                                        "n_permutations"])
+    table.attrs.update(out_of_question=asked.out, free_events=[e.value for e in asked.free], passes=asked.passes)
+    return table
 
 
 def commuting_pairs(table: pd.DataFrame) -> set[frozenset]:
@@ -135,28 +282,6 @@ def _permutations(n: int, max_orders: Optional[int], seed: int) -> list[Order]:
     while len(drawn) < max_orders:
         drawn[tuple(rng.sample(range(n), n))] = None
     return list(drawn)
-
-
-def _signatures(algorithms: list[Algorithm], perms: list[Order],
-                passes: Optional[Sequence[Any]]) -> tuple[list[Event], dict[Order, tuple]]:
-    """The events where two or more algorithms listen and, per permutation, the positions the
-    engine would run at each of them (all assumed to match)."""
-    engine = Engine(State(torch.nn.Identity()), trace="off")
-    if passes is not None:
-        engine.passes = passes
-    index = {id(a): i for i, a in enumerate(algorithms)}
-    listeners = {event: {i for i, a in enumerate(algorithms) if a.events is None or event in a.events}
-                 for event in Event}
-    listeners = {event: listening for event, listening in listeners.items() if len(listening) > 1}
-    signatures = {}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the passes' warnings (two loss interpolators) say nothing about order
-        for perm in perms:
-            signatures[perm] = tuple(
-                tuple(index[id(a)] for a in engine.plan(event, [algorithms[i] for i in perm if i in listening],
-                                                        assume_matched=True))
-                for event, listening in listeners.items())
-    return list(listeners), signatures
 
 
 def _merge_commuting_swaps(groups: "_UnionFind", perms: list[Order], names: list[str],
