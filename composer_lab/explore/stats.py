@@ -11,7 +11,9 @@ each test:
 - :func:`tost_p_value`: two one-sided tests, for "the difference lies within +-delta";
 - :func:`holm`: Holm-Bonferroni adjustment of a family of p-values;
 - :func:`friedman`: Friedman's test that any order differs, seeds as blocks;
-- :func:`seeds_needed`: how many seeds a paired test needs to resolve a difference of delta.
+- :func:`seeds_needed`: how many seeds a paired test needs to resolve a difference of delta;
+- :func:`compare`: every order against a reference (the best by default) with the tests above
+  and a verdict, the one table the ranking and the race both read.
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import numpy as np
+import pandas as pd
 from scipy import stats
 
-__all__ = ["VERDICTS", "Paired", "paired", "tost_p_value", "holm", "friedman", "seeds_needed", "check_delta",
-           "check_alpha"]
+__all__ = ["VERDICTS", "Paired", "paired", "tost_p_value", "holm", "friedman", "seeds_needed", "compare", "summary",
+           "metric_bounds", "COMPARE_COLUMNS", "check_delta", "check_alpha"]
 
 VERDICTS = ("best", "worse", "equivalent", "racing", "undecided")
 """The words a comparison ends with: the current best; worse than it (paired test, Holm-adjusted);
@@ -140,6 +143,118 @@ def seeds_needed(diffs: np.ndarray, delta: float, alpha: float = 0.05, power: fl
     while _t_power(n, effect, alpha) < power:
         n += 1
     return n
+
+
+COMPARE_COLUMNS = ["n", "mean", "std", "ci_low", "ci_high", "diff", "diff_ci_low", "diff_ci_high", "p_value",
+                   "p_adjusted", "tost_p_value", "tost_p_adjusted", "degenerate", "clipped", "verdict"]
+
+
+def compare(values: pd.DataFrame, higher_is_better: bool = True, reference: Optional[str] = None,
+            delta: Optional[float] = None, alpha: float = 0.05, confidence: float = 0.95,
+            bounds: Optional[tuple[float, float]] = None) -> pd.DataFrame:
+    """Every order (a column of ``values``, seeds x orders) against ``reference`` (default: the
+    best mean), one row per order in the columns' order (:data:`COMPARE_COLUMNS`).
+
+    Per order: its own mean and t-interval over its seeds; the paired difference ``order -
+    reference`` over the seeds both have, with its interval, the paired t-test's p-value
+    (``degenerate`` says when that test is undefined) and the p-value Holm-adjusted over the
+    family of orders compared with the reference; with ``delta``, the TOST p-value of "within
+    +-delta", Holm-adjusted over the same family. The verdict: ``best`` for the reference,
+    ``equivalent`` when the adjusted TOST p-value is below ``alpha`` (a difference too small to
+    matter, even if a test could tell it from 0), ``worse`` when the adjusted paired p-value is
+    below ``alpha`` in the worse direction, else ``undecided``. With ``bounds`` (the metric's
+    range, e.g. (0, 1) for an accuracy) the intervals are cut at the range and ``clipped`` says
+    where that happened."""
+    check_alpha(alpha)
+    delta = None if delta is None else check_delta(delta)
+    if values.shape[1] == 0:
+        raise ValueError("no orders to compare: values has no columns; give a seeds x orders table, e.g. "
+                         "results.pivot(index='seed', columns='order', values=metric)")
+    means = values.mean()
+    if reference is None:
+        reference = means.idxmax() if higher_is_better else means.idxmin()
+    elif reference not in values.columns:
+        raise ValueError(f"reference {reference!r} is not one of the orders compared; give one of {list(values.columns)}")
+    rows = []
+    for order in values.columns:
+        own = paired(values[order].to_numpy(), confidence)
+        row = {"n": own.n, "mean": own.mean, "std": float(values[order].std(ddof=1)), "ci_low": own.ci_low,
+               "ci_high": own.ci_high, "diff": 0.0, "diff_ci_low": math.nan, "diff_ci_high": math.nan,
+               "p_value": math.nan, "tost_p_value": math.nan, "degenerate": None}
+        if order != reference:
+            diffs = (values[order] - values[reference]).to_numpy()
+            test = paired(diffs, confidence)
+            row.update(diff=test.mean, diff_ci_low=test.ci_low, diff_ci_high=test.ci_high, p_value=test.p_value,
+                       degenerate=test.degenerate,
+                       tost_p_value=math.nan if delta is None else tost_p_value(diffs, delta))
+        rows.append(row)
+    table = pd.DataFrame(rows, index=pd.Index(values.columns, name="order"))
+    table["p_adjusted"] = holm(table["p_value"])
+    table["tost_p_adjusted"] = holm(table["tost_p_value"])
+    table["clipped"] = _clip(table, bounds)
+    worse = np.sign(table["diff"]) == (-1 if higher_is_better else 1)
+    table["verdict"] = np.select(
+        [table.index == reference, table["tost_p_adjusted"] < alpha, (table["p_adjusted"] < alpha) & worse],
+        ["best", "equivalent", "worse"], "undecided")
+    return table[COMPARE_COLUMNS]
+
+
+def summary(table: pd.DataFrame, global_test: tuple[float, float] = (math.nan, math.nan), alpha: float = 0.05,
+            delta: Optional[float] = None) -> str:
+    """One line that states the answer of a :func:`compare` table (and Friedman's ``global_test``),
+    for the command line and notebooks."""
+    best = table.index[table["verdict"] == "best"][0]
+    seeds = int(table["n"].max())
+    if len(table) == 1:
+        return f"one order ({best}, {seeds} seeds): nothing to compare; a sweep ranks two or more orders"
+    head = f"{len(table)} orders x {seeds} seeds"
+    if len(table) == 2:
+        row = table.drop(index=best).iloc[0]
+        interval = "" if row["degenerate"] else f" [{row['diff_ci_low']:.4g}, {row['diff_ci_high']:.4g}]"
+        how = f"paired t-test, {row['degenerate']}" if row["degenerate"] else "paired t-test"
+        within = f" (delta={delta:g})" if row["verdict"] == "equivalent" else ""
+        return (f"{head}: {table.index[table.index != best][0]} minus {best} = {row['diff']:+.4g}{interval}, "
+                f"p = {row['p_value']:.2g} ({how}): {row['verdict']}{within}")
+    statistic, p_value = global_test
+    if math.isnan(p_value):
+        found = "Friedman's test undefined (fewer than 2 seeds with every order)"
+    else:
+        found = (f"Friedman chi2 = {statistic:.3g}, p = {p_value:.2g}: "
+                 + ("some order differs" if p_value < alpha else "no evidence that any order differs"))
+    counts = table["verdict"].value_counts()
+    words = [f"{counts[v]} {v}" + (f" within delta={delta:g}" if v == "equivalent" else "")
+             for v in ("worse", "equivalent", "undecided") if v in counts]
+    return (f"{head}: {found}; best {best} ({table.loc[best, 'mean']:.4g}); against it: {', '.join(words)} "
+            f"(Holm-adjusted paired tests, alpha={alpha:g})")
+
+
+def metric_bounds(metric: str, bounds: Optional[Sequence[float]] = None) -> Optional[tuple[float, float]]:
+    """The range a metric's values lie in: ``bounds`` if given, (0, 1) for an accuracy (a name
+    whose last part contains 'accuracy', any case), else None (unbounded)."""
+    if bounds is None:
+        return (0.0, 1.0) if "accuracy" in metric.rsplit("/", 1)[-1].lower() else None
+    try:
+        low, high = (float(b) for b in bounds)
+    except (TypeError, ValueError):
+        low = high = math.nan
+    if not low < high:
+        raise ValueError(f"bounds must be (low, high) with low < high, the range of the metric's values, got "
+                         f"{bounds!r}; e.g. bounds=(0, 1) for a fraction, (0, math.inf) for a loss")
+    return low, high
+
+
+def _clip(table: pd.DataFrame, bounds: Optional[tuple[float, float]]) -> pd.Series:
+    """Cut the intervals at ``bounds`` (a difference at +-their width), in place; where it cut."""
+    clipped = pd.Series(False, index=table.index)
+    if bounds is None:
+        return clipped
+    low, high = bounds
+    for columns, (lo, hi) in ((["ci_low", "ci_high"], (low, high)),
+                              (["diff_ci_low", "diff_ci_high"], (low - high, high - low))):
+        cut = table[columns].clip(lo, hi)
+        clipped |= (cut != table[columns]).any(axis=1) & table[columns].notna().all(axis=1)
+        table[columns] = cut
+    return clipped
 
 
 def check_delta(delta: float) -> float:

@@ -11,25 +11,24 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import math
 import queue
 import re
 import tempfile
 import threading
 import uuid
-import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from composer_lab.core.algorithm import Algorithm
 from composer_lab.explore.diff import diff_runs
 from composer_lab.explore.executors import check_sendable, local_pool
 from composer_lab.explore.orderings import algorithm_names, check_algorithms, order_label, orderings
+from composer_lab.explore.ranking import plot_ranking, rank_orders
 from composer_lab.explore.results import SweepFolder
+from composer_lab.explore import stats
 from composer_lab.explore.trials import Trial, run_trial
 from composer_lab.figures import LabFigure
 from composer_lab.trainer.run import Run
@@ -37,8 +36,6 @@ from composer_lab.trainer.run import Run
 __all__ = ["Sweep", "DEFAULT_METRIC"]
 
 DEFAULT_METRIC = "metrics/eval/Accuracy"
-RANKING_COLUMNS = ["rank", "order", "n", "mean", "std", "ci_low", "ci_high", "diff", "diff_ci_low", "diff_ci_high",
-                   "p_value"]
 
 
 class Sweep:
@@ -162,49 +159,50 @@ class Sweep:
         ends = ["samples", "wall_time", "run_folder"]
         return frame[[c for c in frame.columns if c not in ends] + ends]
 
-    def ranking(self) -> pd.DataFrame:
-        """Per order: n, mean, standard deviation and 95% confidence interval of the metric, and
-        the paired difference from the first order (same seeds) with its 95% interval and
-        p-value (paired t-test); ranked best first."""
+    def ranking(self, delta: Optional[float] = None, alpha: float = 0.05,
+                bounds: Optional[Sequence[float]] = None) -> pd.DataFrame:
+        """The orders ranked best first (ties share a rank): n, mean, standard deviation and 95%
+        interval of the metric; the paired difference from the best order (same seeds) with its
+        interval, the paired t-test's p-value raw and Holm-adjusted over the orders compared with
+        the best, ``degenerate`` where that test is undefined, and a verdict (worse; with
+        ``delta``, equivalent within +-delta by TOST; else undecided). Intervals of an accuracy,
+        or of a metric with ``bounds=(low, high)``, are cut at its range (``clipped``).
+        ``ranking.attrs['friedman']`` is Friedman's test that some order differs, seeds as
+        blocks; ``ranking.attrs['summary']`` one line that states the answer. See
+        :func:`~composer_lab.explore.ranking.rank_orders`."""
+        return rank_orders(self._finished(), self.metric, self.higher_is_better, delta, alpha, bounds,
+                           [label for label, _ in self.orders])
+
+    def plot(self, delta: Optional[float] = None, alpha: float = 0.05,
+             bounds: Optional[Sequence[float]] = None) -> LabFigure:
+        """The ranking drawn (:func:`~composer_lab.explore.ranking.plot_ranking`): means with their
+        95% intervals, paired differences from the best with theirs and each order's verdict;
+        degenerate comparisons as labelled marks, best order on top."""
+        return plot_ranking(self.ranking(delta, alpha, bounds), self.metric)
+
+    def seeds_needed(self, delta: float, alpha: float = 0.05, power: float = 0.8) -> int:
+        """Seeds per order for the paired t-test to tell a difference of ``delta`` from the best
+        order with probability ``power``, given the spread of the paired differences so far: the
+        most that any order's comparison with the best needs, at level ``alpha`` divided by the
+        number of comparisons (the first step of Holm's adjustment). See
+        :func:`~composer_lab.explore.stats.seeds_needed`."""
+        results = self._finished()
+        values = results.pivot(index="seed", columns="order", values=self.metric)
+        best = self.ranking()["order"].iloc[0]
+        others = [order for order in values.columns if order != best]
+        if not others:
+            raise ValueError(f"only one order ({best!r}) finished: seeds_needed compares orders; run the sweep "
+                             "with two or more orders first")
+        level = stats.check_alpha(alpha) / len(others)
+        return max(stats.seeds_needed((values[order] - values[best]).to_numpy(), delta, level, power)
+                   for order in others)
+
+    def _finished(self) -> pd.DataFrame:
+        """:attr:`results`, or a ValueError when no run has finished."""
         results = self.results
         if self.metric not in results.columns or results.empty:
             raise ValueError(f"no finished runs in {self.folder.path} to rank yet; call run() first")
-        values = results.pivot(index="seed", columns="order", values=self.metric)
-        base = self.orders[0][0]
-        rows = []
-        for label, _ in self.orders:
-            if label not in values.columns:
-                continue
-            mean, std, n, low, high = _interval(values[label].dropna())
-            paired = (values[label] - values[base]).dropna() if base in values.columns else pd.Series(dtype=float)
-            diff, _, _, diff_low, diff_high = _interval(paired)
-            rows.append({"order": label, "n": n, "mean": mean, "std": std, "ci_low": low, "ci_high": high,
-                         "diff": diff, "diff_ci_low": diff_low, "diff_ci_high": diff_high,
-                         "p_value": _paired_p_value(paired)})
-        ranking = pd.DataFrame(rows).sort_values("mean", ascending=not self.higher_is_better, kind="stable")
-        ranking.insert(0, "rank", range(1, len(ranking) + 1))
-        return ranking[RANKING_COLUMNS].reset_index(drop=True)
-
-    def plot(self) -> LabFigure:
-        """The orders' means with their 95% intervals (left) and the paired differences from the
-        first order with theirs (right), best order on top."""
-        ranking = self.ranking()
-        fig = LabFigure(figsize=(11, 1.2 + 0.5 * len(ranking)))
-        means, diffs = fig.subplots(1, 2, sharey=True)
-        y = np.arange(len(ranking))
-        for ax, centre, low, high, title in (
-                (means, "mean", "ci_low", "ci_high", self.metric),
-                (diffs, "diff", "diff_ci_low", "diff_ci_high", f"paired difference from\n{self.orders[0][0]}")):
-            errors = [ranking[centre] - ranking[low], ranking[high] - ranking[centre]]
-            ax.errorbar(ranking[centre], y, xerr=np.nan_to_num(np.array(errors, dtype=float)), fmt="o", capsize=4)
-            ax.set_title(title, fontsize=10)
-            ax.grid(axis="x", alpha=0.3)
-        diffs.axvline(0, color="grey", linewidth=1)
-        means.set_yticks(y, ranking["order"], fontsize=8)
-        means.invert_yaxis()
-        means.set_xlabel(f"mean over seeds (n = {int(ranking['n'].max())}), 95% interval")
-        fig.tight_layout()
-        return fig
+        return results
 
     def run_of(self, order: Union[str, Sequence[int]], seed: Optional[int] = None) -> Run:
         """The saved run of ``order`` (its label or positions) with ``seed`` (default: the first
@@ -290,24 +288,6 @@ def _code_text(code: Any) -> str:
 def _key(label: str, seed: int) -> str:
     """A file name for a trial: 'CutOut_LabelSmoothing-2__seed3'."""
     return re.sub(r"[^A-Za-z0-9_-]", "", label.replace(" > ", "_").replace("#", "-")) + f"__seed{seed}"
-
-
-def _interval(values: pd.Series) -> tuple[float, float, int, float, float]:
-    """Mean, standard deviation, n and the 95% t-interval of the mean."""
-    n = len(values)
-    mean = float(values.mean()) if n else math.nan
-    std = float(values.std(ddof=1)) if n > 1 else math.nan
-    half = float(stats.t.ppf(0.975, n - 1) * std / math.sqrt(n)) if n > 1 else math.nan
-    return mean, std, n, mean - half, mean + half
-
-
-def _paired_p_value(differences: pd.Series) -> float:
-    """The two-sided paired t-test's p-value; NaN when it is undefined (n < 2, all differences equal)."""
-    if len(differences) < 2 or differences.std(ddof=1) == 0:
-        return math.nan
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return float(stats.ttest_1samp(differences, 0.0).pvalue)
 
 
 def _cancel(futures: dict) -> None:

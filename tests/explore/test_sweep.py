@@ -14,6 +14,7 @@ from scipy import stats
 from composer_lab.algorithms import CutOut, LabelSmoothing, MixUp
 from composer_lab.explore import InlineExecutor, Sweep
 from composer_lab.explore.results import SweepFolder
+from composer_lab.explore.stats import seeds_needed
 from tests.explore import factories
 from tests.explore.factories import failing_while, make_trainer, not_a_trainer, slow
 
@@ -42,26 +43,39 @@ def test_every_order_and_seed_has_one_row(swept):
 
 def test_ranking_statistics_follow_the_results(swept):
     ranking, values = swept.ranking(), swept.results.pivot(index="seed", columns="order", values=METRIC)
-    assert set(ranking["order"]) == set(values.columns) and list(ranking["rank"]) == [1, 2]
+    assert set(ranking["order"]) == set(values.columns) and list(ranking["rank"]) in ([1, 2], [1, 1])
     assert ranking["mean"].is_monotonic_decreasing
+    best = ranking["order"].iloc[0]
     for row in ranking.itertuples():
         x = values[row.order]
         assert row.n == 3 and row.mean == pytest.approx(x.mean()) and row.std == pytest.approx(x.std())
         half = stats.t.ppf(0.975, 2) * x.std() / math.sqrt(3)
-        assert (row.ci_low, row.ci_high) == pytest.approx((x.mean() - half, x.mean() + half))
-        d = x - values["CutOut > MixUp"]
+        assert (row.ci_low, row.ci_high) == pytest.approx((max(0, x.mean() - half), min(1, x.mean() + half)))
+        d = x - values[best]
         assert row.diff == pytest.approx(d.mean())
-        if d.std() > 0:
-            assert row.p_value == pytest.approx(stats.ttest_rel(x, values["CutOut > MixUp"]).pvalue)
-    base = ranking.set_index("order").loc["CutOut > MixUp"]
-    assert base["diff"] == 0 and math.isnan(base["p_value"])
+        if d.std() > 0 and row.order != best:
+            assert row.p_value == pytest.approx(stats.ttest_rel(x, values[best]).pvalue)
+            assert row.p_adjusted == pytest.approx(row.p_value)  # a family of one comparison
+    top = ranking.iloc[0]
+    assert top["verdict"] == "best" and top["diff"] == 0 and math.isnan(top["p_value"])
+    assert ranking.attrs["summary"].startswith("2 orders x 3 seeds: ")
+
+
+def test_seeds_needed_reads_the_paired_spread(swept):
+    values = swept.results.pivot(index="seed", columns="order", values=METRIC)
+    best, other = swept.ranking()["order"]
+    assert swept.seeds_needed(0.01) == seeds_needed((values[other] - values[best]).to_numpy(), 0.01)
+    with pytest.raises(ValueError, match="delta must be a positive number"):
+        swept.seeds_needed(0)
 
 
 def test_plot_shows_every_order_with_intervals(swept):
     fig = swept.plot()
     means, diffs = fig.axes
-    assert [t.get_text() for t in means.get_yticklabels()] == list(swept.ranking()["order"])
-    assert diffs.get_title().startswith("paired difference")
+    ranking = swept.ranking()
+    assert [t.get_text() for t in means.get_yticklabels()] == [o.replace("; ", "\n") for o in ranking["order"]]
+    assert means.get_xlabel().startswith(METRIC) and means.get_ylabel() and diffs.get_xlabel()
+    assert [t.get_text().split()[0] for t in diffs.texts] == list(ranking["verdict"])
     assert fig._repr_png_().startswith(b"\x89PNG")  # how a notebook shows it
 
 
