@@ -11,23 +11,25 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import queue
+import math
 import re
 import tempfile
 import threading
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 import pandas as pd
 
 from composer_lab.core.algorithm import Algorithm
 from composer_lab.explore.diff import diff_runs
-from composer_lab.explore.executors import check_sendable, local_pool
-from composer_lab.explore.orderings import algorithm_names, check_algorithms, order_label, orderings
+from composer_lab.explore.executors import check_sendable
+from composer_lab.explore.orderings import algorithm_names, check_algorithms, order_label, orderings, question
+from composer_lab.explore.race import Decision, Race, race_values
 from composer_lab.explore.ranking import plot_ranking, rank_orders
 from composer_lab.explore.results import SweepFolder
+from composer_lab.explore.scheduler import Scheduler, SweepFailed
 from composer_lab.explore import stats
 from composer_lab.explore.trials import Trial, run_trial
 from composer_lab.figures import LabFigure
@@ -51,7 +53,10 @@ class Sweep:
         orders: the orders to train: None for every distinct order under the default passes
             (:func:`orderings`; for a factory that changes the passes, pass
             ``orderings(algorithms, passes=...)``), an ``orderings(...)`` table, or a list of
-            orders given as positions into ``algorithms``.
+            orders given as positions into ``algorithms``. Each is named by what runs
+            (:func:`~composer_lab.explore.orderings.run_label`), its list order kept beside it;
+            algorithms that run in one order only are refused (nothing to compare), and so are
+            two orders that run alike.
         executor: anything with ``submit(fn, *args) -> future`` and ``future.result()``; None for
             a local process pool with one worker per core (see :mod:`~composer_lab.explore.executors`).
         folder: the sweep folder (None: a new temporary one). Run again on the same folder, a
@@ -70,18 +75,32 @@ class Sweep:
         self.seeds = _check_seeds(seeds)
         self.metric = metric
         self.names = algorithm_names(self.algorithms)
-        self.orders = _orders(orders, self.algorithms, self.names)
+        self.orders, self.out_of_question = _orders(orders, self.algorithms, self.names)
         self.executor = executor
         self.higher_is_better = higher_is_better
         check_sendable(executor, make_trainer=make_trainer, algorithms=self.algorithms)
         self.folder = SweepFolder(Path(folder) if folder is not None else Path(tempfile.mkdtemp(prefix="sweep-")))
         self.folder.claim(_experiment(make_trainer, self.algorithms))
 
+    @property
+    def labels(self) -> list[str]:
+        """The orders' labels: what runs at each event where the order is free."""
+        return [order.label for order in self.orders]
+
+    def describe(self) -> str:
+        """What the sweep compares: its orders (what runs, and the list order that runs so),
+        its seeds and metric, and the algorithms out of the question with why."""
+        lines = [f"{len(self.orders)} orders of {', '.join(self.names)} x {len(self.seeds)} seeds, ranked by "
+                 f"{self.metric}:"]
+        lines += [f"  {order.label}  (list {order.list_order})" for order in self.orders]
+        lines += [f"out of the question: {name} ({reason})" for name, reason in self.out_of_question.values]
+        return "\n".join(lines)
+
     # -- the trials ---------------------------------------------------------------------------
     def trials(self) -> list[Trial]:
         """Every (order, seed) pair, orders first."""
-        return [Trial(label, positions, seed, _key(label, seed), "")
-                for label, positions in self.orders for seed in self.seeds]
+        return [Trial(order.label, order.positions, seed, _key(order.positions, seed), "")
+                for order in self.orders for seed in self.seeds]
 
     def pending(self) -> list[Trial]:
         """The trials whose result row is not in the folder yet."""
@@ -92,72 +111,78 @@ class Sweep:
             stop: Optional[threading.Event] = None) -> pd.DataFrame:
         """Train the pending trials and return :attr:`results`.
 
-        ``on_result(row)`` is called in this thread as each run finishes; setting ``stop``
-        cancels the runs that have not started and returns what finished. A failed run stops
-        the sweep (the runs still queued are cancelled); what finished stays saved, and
-        ``run()`` again trains only the rest."""
-        pending = self.pending()
-        executor = self.executor if self.executor is not None else local_pool()
-        try:
-            self._collect(executor, pending, on_result or (lambda row: None), stop or threading.Event())
-        finally:
-            if self.executor is None:
-                executor.shutdown(wait=True)
+        ``on_result(row)`` is called in this thread as each run finishes. No more runs are handed
+        to the executor than its workers can start, so setting ``stop`` cancels every run not yet
+        training; those training finish and are reported. A worker process that dies costs only
+        its runs: a local pool is replaced and they train again
+        (:mod:`~composer_lab.explore.scheduler`). A failed run stops the sweep the same way and is
+        raised; what finished stays saved, and ``run()`` again trains only the rest."""
+        pending = iter(self.pending())
+        self._collect(lambda: next(pending, None), on_result, stop, "run")
         results = self.results
         results.to_parquet(self.folder.path / "results.parquet", index=False)
         return results
 
-    def _collect(self, executor: Any, pending: list[Trial], on_result: Callable, stop: threading.Event) -> None:
-        finished: "queue.Queue[Any]" = queue.Queue()
-        futures = {}
-        for trial in pending:
-            algorithms = [self.algorithms[i] for i in trial.positions]
-            trial = dataclasses.replace(trial, attempt=uuid.uuid4().hex)
-            future = executor.submit(run_trial, self.make_trainer, algorithms, trial, str(self.folder.path),
-                                     self.metric)
-            futures[future] = trial
-            future.add_done_callback(finished.put)
-        left = len(futures)
-        while left:
-            if stop.is_set():
-                _cancel(futures)
-                return
-            try:
-                future = finished.get(timeout=0.1)
-            except queue.Empty:
-                continue
-            left -= 1
-            if future.cancelled():
-                continue
-            error = future.exception()
-            if error is not None:
-                _cancel(futures)
-                if isinstance(error, (ValueError, TypeError)):
-                    raise error  # bad input (the factory, the metric): as the worker raised it
-                raise self._failure(futures[future], error) from error
-            on_result(future.result())
+    def race(self, delta: float, alpha: float = 0.05, min_seeds: int = 3,
+             on_result: Optional[Callable[[dict], None]] = None, stop: Optional[threading.Event] = None) -> Decision:
+        """Race the orders over the seeds (:mod:`~composer_lab.explore.race`): every order still
+        racing trains the next seed; after each seed, an order worse than the best (paired t-test)
+        or equivalent to it within +-``delta`` (paired TOST), both Holm-adjusted at ``alpha``, stops
+        training. Returns the :class:`~composer_lab.explore.race.Decision`: the decision table and
+        one sentence. Runs already in the folder count; run again to go on where it stopped.
+        ``on_result`` and ``stop`` as in :meth:`run`."""
+        labels = self.labels
+        race = Race(race_values(self.results, labels, self.seeds, self.metric),
+                    {(trial.order, trial.seed): trial for trial in self.trials()}, self.metric, self.names, delta,
+                    alpha, min_seeds, self.higher_is_better)
 
-    def _failure(self, trial: Trial, error: BaseException) -> RuntimeError:
-        """A failed run (a crash, a lost worker), with what finished and what to do."""
-        done = len(self.folder.rows())
-        return RuntimeError(f"the run of {trial.order!r} with seed {trial.seed} failed ({type(error).__name__}: "
-                            f"{error}); {done} of {len(self.trials())} runs finished and are saved in "
-                            f"{self.folder.path}: call run() again to train the rest (finished runs are skipped)")
+        def record(row: dict) -> None:
+            race.record(row)
+            if on_result is not None:
+                on_result(row)
+
+        self._collect(race.next_trial, record, stop, "race")
+        self.results.to_parquet(self.folder.path / "results.parquet", index=False)
+        return race.decision()
+
+    def _collect(self, next_trial: Callable[[], Optional[Trial]], on_result: Optional[Callable[[dict], None]],
+                 stop: Optional[threading.Event], method: str) -> None:
+        """Train what ``next_trial()`` gives through a :class:`Scheduler`; raise the first failure."""
+        def submit(executor: Any, trial: Trial) -> Any:
+            trial = dataclasses.replace(trial, attempt=uuid.uuid4().hex)
+            return executor.submit(run_trial, self.make_trainer, [self.algorithms[i] for i in trial.positions],
+                                   trial, str(self.folder.path), self.metric)
+
+        with Scheduler(self.executor, submit, lambda trial: self.folder.rows().get(trial.key)) as scheduler:
+            failure = scheduler.run(next_trial, lambda trial, row: on_result and on_result(row),
+                                    stop or threading.Event())
+        if failure is not None:
+            trial, error = failure
+            if isinstance(error, (ValueError, TypeError)):
+                raise error  # bad input (the factory, the metric): as the worker raised it
+            raise self._failure(trial, error, method) from error
+
+    def _failure(self, trial: Trial, error: BaseException, method: str) -> SweepFailed:
+        """A failed run (a crash, a worker lost too often), with what finished and what to do."""
+        return SweepFailed(trial, error, len(self.folder.rows()), len(self.trials()), self.folder.path, method)
 
     # -- what came out ------------------------------------------------------------------------
     @property
     def results(self) -> pd.DataFrame:
-        """One row per finished trial: order, seed, each final metric, samples, wall time (s),
-        run folder."""
+        """One row per finished trial: order (what ran), list_order, seed, each final metric,
+        samples, wall time (s), run folder."""
         rows = self.folder.rows()
-        found = [rows[trial.key] for trial in self.trials() if trial.key in rows]
+        by_key = {_key(order.positions, seed): order for order in self.orders for seed in self.seeds}
+        found = [{**rows[key], "order": order.label, "list_order": order.list_order}
+                 for key, order in by_key.items() if key in rows]
         frame = pd.DataFrame(found)
         if frame.empty:
-            return pd.DataFrame(columns=["order", "seed", self.metric, "samples", "wall_time", "run_folder"])
+            return pd.DataFrame(columns=["order", "list_order", "seed", self.metric, "samples", "wall_time",
+                                         "run_folder"])
         frame["run_folder"] = [str(self.folder.path / path) for path in frame["run_folder"]]
         frame = frame.drop(columns="positions")
-        ends = ["samples", "wall_time", "run_folder"]
-        return frame[[c for c in frame.columns if c not in ends] + ends]
+        firsts, ends = ["order", "list_order", "seed"], ["samples", "wall_time", "run_folder"]
+        return frame[firsts + [c for c in frame.columns if c not in firsts + ends] + ends]
 
     def ranking(self, delta: Optional[float] = None, alpha: float = 0.05,
                 bounds: Optional[Sequence[float]] = None) -> pd.DataFrame:
@@ -171,7 +196,7 @@ class Sweep:
         blocks; ``ranking.attrs['summary']`` one line that states the answer. See
         :func:`~composer_lab.explore.ranking.rank_orders`."""
         return rank_orders(self._finished(), self.metric, self.higher_is_better, delta, alpha, bounds,
-                           [label for label, _ in self.orders])
+                           self.labels)
 
     def plot(self, delta: Optional[float] = None, alpha: float = 0.05,
              bounds: Optional[Sequence[float]] = None) -> LabFigure:
@@ -205,8 +230,8 @@ class Sweep:
         return results
 
     def run_of(self, order: Union[str, Sequence[int]], seed: Optional[int] = None) -> Run:
-        """The saved run of ``order`` (its label or positions) with ``seed`` (default: the first
-        seed it finished with)."""
+        """The saved run of ``order`` (its label, its list order or its positions) with ``seed``
+        (default: the first seed it finished with)."""
         label = self._label(order)
         rows = self.results[self.results["order"] == label]
         if seed is not None:
@@ -228,11 +253,13 @@ class Sweep:
         return diff_runs(self.run_of(a, seed), self.run_of(b, seed))
 
     def _label(self, order: Union[str, Sequence[int]]) -> str:
-        labels = [label for label, _ in self.orders]
-        label = order if isinstance(order, str) else order_label([self.names[i] for i in order])
-        if label not in labels:
-            raise ValueError(f"{label!r} is not one of this sweep's orders; they are {labels}")
-        return label
+        """The label of ``order``: a label, a list order or positions of one of this sweep's orders."""
+        for known in self.orders:
+            if (order in (known.label, known.list_order) if isinstance(order, str)
+                    else tuple(order) == known.positions):
+                return known.label
+        raise ValueError(f"{order!r} is not one of this sweep's orders; they are {self.labels} (list orders "
+                         f"{[known.list_order for known in self.orders]})")
 
 
 def _check_seeds(seeds: Any) -> list[int]:
@@ -248,22 +275,70 @@ def _check_seeds(seeds: Any) -> list[int]:
     return [int(s) for s in seeds]
 
 
-def _orders(orders: Any, algorithms: list[Algorithm], names: list[str]) -> list[tuple[str, tuple[int, ...]]]:
-    """(label, positions) of each order to train."""
+class SweepOrder(NamedTuple):
+    """One order of a sweep: ``label`` (what runs, :func:`~composer_lab.explore.orderings.run_label`),
+    ``list_order`` (the list that runs so, as text) and ``positions`` (that list, as indices)."""
+
+    label: str
+    list_order: str
+    positions: tuple[int, ...]
+
+
+def _orders(orders: Any, algorithms: list[Algorithm], names: list[str]) -> tuple[list[SweepOrder], pd.DataFrame]:
+    """The orders to train and the algorithms out of the question; refused when there is
+    nothing to compare (one order only) or two orders run alike."""
     if orders is None:
         orders = orderings(algorithms)
     if isinstance(orders, pd.DataFrame):
-        orders = list(orders["positions"])
-    result = []
-    for order in orders:
-        positions = tuple(order) if isinstance(order, (list, tuple)) else None
-        if positions is None or sorted(positions) != list(range(len(algorithms))):
-            raise ValueError(f"each order lists the positions of all {len(algorithms)} algorithms once, e.g. "
-                             f"{tuple(range(len(algorithms)))[::-1]}; got {order!r}")
-        result.append((order_label([names[i] for i in positions]), positions))
+        result = _table_orders(orders, len(algorithms))
+        out = orders.attrs.get("out_of_question", pd.DataFrame(columns=["algorithm", "reason"]))
+        single = len(orders) == 1 and int(orders["n_permutations"].iloc[0]) == math.factorial(len(algorithms))
+        merged = bool(orders.attrs.get("free_events"))  # free events, yet one order: the commutation merged them
+    else:
+        asked = question(algorithms)
+        result = [SweepOrder(asked.label(p), order_label([names[i] for i in p]), p)
+                  for p in (_positions(order, len(algorithms)) for order in orders)]
+        out, single, merged = asked.out, not asked.free, False
+    if single:
+        raise ValueError(_one_order_message(names, out, merged))
     if not result:
         raise ValueError("orders is empty; give at least one order, or None for every distinct order")
-    return result
+    seen: dict[str, SweepOrder] = {}
+    for order in result:
+        if order.label in seen:
+            raise ValueError(f"the orders {seen[order.label].positions} and {order.positions} run alike "
+                             f"({order.label}); give each order once: orderings(algorithms) lists one of each kind")
+        seen[order.label] = order
+    return result, out
+
+
+def _table_orders(table: pd.DataFrame, n: int) -> list[SweepOrder]:
+    """The orders of an :func:`orderings` table."""
+    missing = {"order", "list_order", "positions"} - set(table.columns)
+    if missing:
+        raise TypeError(f"orders as a table must be one orderings() returns (columns order, list_order, positions, "
+                        f"...), this one lacks {sorted(missing)}; or give a list of positions, e.g. [(1, 0)]")
+    return [SweepOrder(label, list_order, _positions(positions, n))
+            for label, list_order, positions in zip(table["order"], table["list_order"], table["positions"])]
+
+
+def _positions(order: Any, n: int) -> tuple[int, ...]:
+    positions = tuple(order) if isinstance(order, (list, tuple)) else None
+    if positions is None or sorted(positions) != list(range(n)):
+        raise ValueError(f"each order lists the positions of all {n} algorithms once, e.g. "
+                         f"{tuple(range(n))[::-1]}; got {order!r}")
+    return tuple(int(i) for i in positions)
+
+
+def _one_order_message(names: list[str], out: pd.DataFrame, merged: bool) -> str:
+    """Why algorithms that run in one order only leave nothing to compare, and how to free it."""
+    why = ("the commutation table found that the algorithms that meet commute, so orderings() merged every order "
+           "into one" if merged else "; ".join(f"{name} {reason}" for name, reason in out.values))
+    return (f"{', '.join(names)} run in one order only, whatever the list, so a sweep has nothing to compare: {why}. "
+            f"To free the order, give the factory's trainer passes without the pin and the sweep "
+            f"orders=orderings(algorithms, passes=those passes) (e.g. the engine's passes less "
+            f"sort_selective_backprop_first), or sweep algorithms that meet at an event (e.g. CutOut and MixUp, "
+            f"both at after_dataloader)")
 
 
 def _experiment(make_trainer: Callable, algorithms: list[Algorithm]) -> dict[str, Any]:
@@ -285,12 +360,6 @@ def _code_text(code: Any) -> str:
     return f"{code.co_code.hex()}|{consts}|{code.co_names}"
 
 
-def _key(label: str, seed: int) -> str:
-    """A file name for a trial: 'CutOut_LabelSmoothing-2__seed3'."""
-    return re.sub(r"[^A-Za-z0-9_-]", "", label.replace(" > ", "_").replace("#", "-")) + f"__seed{seed}"
-
-
-def _cancel(futures: dict) -> None:
-    for future in futures:
-        if not future.done():
-            future.cancel()
+def _key(positions: Sequence[int], seed: int) -> str:
+    """A file name for a trial, one per (list order, seed): 'o2-0-1__seed3'."""
+    return f"o{'-'.join(map(str, positions))}__seed{seed}"

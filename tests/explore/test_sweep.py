@@ -11,14 +11,19 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from scipy import stats
 
-from composer_lab.algorithms import CutOut, LabelSmoothing, MixUp
+from composer_lab.algorithms import CutOut, LabelSmoothing, MixUp, SelectiveBackprop
 from composer_lab.explore import InlineExecutor, Sweep
 from composer_lab.explore.results import SweepFolder
+from composer_lab.explore.sweep import SweepOrder, _key
 from composer_lab.explore.stats import seeds_needed
 from tests.explore import factories
 from tests.explore.factories import failing_while, make_trainer, not_a_trainer, slow
 
 METRIC = "metrics/eval/Accuracy"
+MIXUP_FIRST, CUTOUT_FIRST = "after_dataloader: MixUp > CutOut", "after_dataloader: CutOut > MixUp"
+"""What the lists CutOut > MixUp and MixUp > CutOut run: FILO reverses after_dataloader."""
+ONE_ORDER = {"orders": [(0, 1)]}
+"""One of the two orders of [CutOut(), MixUp()]: a sweep of one order's runs, for tests of its mechanics."""
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +37,9 @@ def swept(tmp_path_factory):
 
 def test_every_order_and_seed_has_one_row(swept):
     results = swept.results
-    assert list(zip(results["order"], results["seed"])) == [
-        (order, seed) for order in ("CutOut > MixUp", "MixUp > CutOut") for seed in range(3)]
+    assert list(zip(results["order"], results["list_order"], results["seed"])) == [
+        (order, listed, seed) for order, listed in ((MIXUP_FIRST, "CutOut > MixUp"), (CUTOUT_FIRST, "MixUp > CutOut"))
+        for seed in range(3)]
     assert {METRIC, "loss/train", "samples", "wall_time", "run_folder"} <= set(results.columns)
     assert (results["samples"] == 48).all()
     assert (swept.folder.path / "results.parquet").is_file()
@@ -89,10 +95,10 @@ def test_a_sweep_on_its_folder_trains_only_what_is_missing(swept):
     rows_before = swept.folder.rows()
     more = Sweep(make_trainer, [CutOut(), MixUp()], seeds=range(4), executor=InlineExecutor(),
                  folder=swept.folder.path)
-    assert [(t.order, t.seed) for t in more.pending()] == [("CutOut > MixUp", 3), ("MixUp > CutOut", 3)]
+    assert [(t.order, t.seed) for t in more.pending()] == [(MIXUP_FIRST, 3), (CUTOUT_FIRST, 3)]
     trained = []
     more.run(on_result=trained.append)
-    assert [(r["order"], r["seed"]) for r in trained] == [("CutOut > MixUp", 3), ("MixUp > CutOut", 3)]
+    assert [(r["order"], r["seed"]) for r in trained] == [(MIXUP_FIRST, 3), (CUTOUT_FIRST, 3)]
     rows_after = more.folder.rows()
     assert all(rows_after[key] == row for key, row in rows_before.items())  # finished runs are not redone
     assert len(more.results) == 8
@@ -102,21 +108,23 @@ def test_a_crashed_run_loses_nothing_and_resumes(tmp_path):
     flag = tmp_path / "crash"
     flag.touch()
     factory = functools.partial(failing_while, str(flag))
-    sweep = Sweep(factory, [LabelSmoothing()], seeds=range(3), executor=InlineExecutor(), folder=tmp_path / "s")
-    with pytest.raises(RuntimeError, match=r"the run of 'LabelSmoothing' with seed 1 failed \(RuntimeError: the "
-                                           r"worker crashed\); 2 of 3 runs finished and are saved in .*call run\(\) "
-                                           r"again"):
+    sweep = Sweep(factory, [CutOut(), MixUp()], seeds=range(3), executor=InlineExecutor(), folder=tmp_path / "s",
+                  **ONE_ORDER)
+    with pytest.raises(RuntimeError, match=r"the run of 'after_dataloader: MixUp > CutOut' with seed 1 failed "
+                                           r"\(RuntimeError: the worker crashed\); 2 of 3 runs finished and are saved "
+                                           r"in .*call run\(\) again"):
         sweep.run()
     assert [t.seed for t in sweep.pending()] == [1]  # (inline, seed 2 trained when submitted, after the crash)
     flag.unlink()
-    assert list(Sweep(factory, [LabelSmoothing()], seeds=range(3), executor=InlineExecutor(),
-                      folder=tmp_path / "s").run()["seed"]) == [0, 1, 2]
+    assert list(Sweep(factory, [CutOut(), MixUp()], seeds=range(3), executor=InlineExecutor(),
+                      folder=tmp_path / "s", **ONE_ORDER).run()["seed"]) == [0, 1, 2]
 
 
 def test_stop_cancels_what_has_not_started_and_keeps_what_finished(tmp_path):
     stop = threading.Event()
     slower = functools.partial(slow, 0.2)  # runs long enough that the stop finds some not started
-    sweep = Sweep(slower, [LabelSmoothing()], seeds=range(6), executor=ThreadPoolExecutor(1), folder=tmp_path)
+    sweep = Sweep(slower, [CutOut(), MixUp()], seeds=range(6), executor=ThreadPoolExecutor(1), folder=tmp_path,
+                  **ONE_ORDER)
     results = sweep.run(on_result=lambda row: stop.set(), stop=stop)
     assert 1 <= len(results) < 6
     assert len(sweep.pending()) == 6 - len(results)
@@ -140,7 +148,7 @@ def test_rows_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
 def test_a_folder_of_another_experiment_is_refused(swept):
     with pytest.raises(ValueError, match=r"holds results of another experiment \(its algorithms is \['CutOut\(.*"
                                          r"results of different experiments are not mixed: choose a new folder"):
-        Sweep(make_trainer, [CutOut(), LabelSmoothing()], executor=InlineExecutor(), folder=swept.folder.path)
+        Sweep(make_trainer, [MixUp(), CutOut()], executor=InlineExecutor(), folder=swept.folder.path)
     edited = {"factories": factories}  # the factory's cell edited: same name, other code
     exec("def make_trainer(algorithms, seed):\n    return factories.make_trainer(algorithms, seed, '7ba')", edited)
     with pytest.raises(ValueError, match=r"its factory_code is '[0-9a-f]+', this sweep's is '[0-9a-f]+'"):
@@ -148,8 +156,8 @@ def test_a_folder_of_another_experiment_is_refused(swept):
 
 
 def test_a_metric_the_runs_do_not_record_is_named_with_those_they_do(tmp_path):
-    sweep = Sweep(make_trainer, [LabelSmoothing()], seeds=[0], metric="accuracy", executor=InlineExecutor(),
-                  folder=tmp_path)
+    sweep = Sweep(make_trainer, [CutOut(), MixUp()], seeds=[0], metric="accuracy", executor=InlineExecutor(),
+                  folder=tmp_path, **ONE_ORDER)
     with pytest.raises(ValueError, match=r"the runs do not record the metric 'accuracy'; they record \[.*"
                                          r"'metrics/eval/Accuracy'.*\]: pass one of those as Sweep\(metric=...\)"):
         sweep.run()
@@ -157,7 +165,8 @@ def test_a_metric_the_runs_do_not_record_is_named_with_those_they_do(tmp_path):
 
 
 def test_a_factory_that_returns_no_trainer_is_refused(tmp_path):
-    sweep = Sweep(not_a_trainer, [LabelSmoothing()], seeds=[0], executor=InlineExecutor(), folder=tmp_path)
+    sweep = Sweep(not_a_trainer, [CutOut(), MixUp()], seeds=[0], executor=InlineExecutor(), folder=tmp_path,
+                  **ONE_ORDER)
     with pytest.raises(TypeError, match=r"make_trainer \(not_a_trainer\) returned str, not a Trainer"):
         sweep.run()
 
@@ -181,4 +190,42 @@ def test_a_factory_that_cannot_be_sent_to_a_worker_is_refused(tmp_path):
     lock = threading.Lock()
     with pytest.raises(TypeError, match=r"make_trainer cannot be sent to a worker process \(TypeError: cannot pickle "
                                         r"'_thread.lock' object\); .* inside the factory"):
-        Sweep(lambda algorithms, seed: lock and make_trainer(algorithms, seed), [LabelSmoothing()], folder=tmp_path)
+        Sweep(lambda algorithms, seed: lock and make_trainer(algorithms, seed), [CutOut(), MixUp()],
+              folder=tmp_path)
+
+
+# -- what an order is called ------------------------------------------------------------------
+def test_orders_are_named_by_what_runs_and_keyed_by_positions(tmp_path):
+    sweep = Sweep(make_trainer, [CutOut(), MixUp(), SelectiveBackprop(), LabelSmoothing()], seeds=[0],
+                  folder=tmp_path)
+    assert sweep.orders == [
+        SweepOrder("after_dataloader: SelectiveBackprop > MixUp > CutOut",
+                   "CutOut > MixUp > SelectiveBackprop > LabelSmoothing", (0, 1, 2, 3)),
+        SweepOrder("after_dataloader: SelectiveBackprop > CutOut > MixUp",
+                   "MixUp > CutOut > SelectiveBackprop > LabelSmoothing", (1, 0, 2, 3))]
+    assert [t.key for t in sweep.trials()] == ["o0-1-2-3__seed0", "o1-0-2-3__seed0"]
+    assert sweep.describe().splitlines()[-2:] == [
+        "out of the question: SelectiveBackprop (pinned first at after_dataloader by sort_selective_backprop_first)",
+        "out of the question: LabelSmoothing (never shares an event with another algorithm)"]
+    assert sweep._label("MixUp > CutOut > SelectiveBackprop > LabelSmoothing") == sweep._label((1, 0, 2, 3)) == \
+        "after_dataloader: SelectiveBackprop > CutOut > MixUp"
+
+
+def test_trial_files_cannot_collide():
+    # Keyed by the list's positions: the names 'A_B > C' and 'A > B_C' once made one file.
+    assert _key((0, 1, 2), 3) == "o0-1-2__seed3" and _key((0, 1, 2), 3) != _key((0, 2, 1), 3)
+
+
+def test_a_question_with_one_order_is_refused_with_why_and_how_to_free_it(tmp_path):
+    with pytest.raises(ValueError, match=r"CutOut, LabelSmoothing, SelectiveBackprop run in one order only, whatever "
+                                         r"the list, so a sweep has nothing to compare: CutOut pinned last at "
+                                         r"after_dataloader by sort_selective_backprop_first; LabelSmoothing never "
+                                         r"shares an event with another algorithm; SelectiveBackprop pinned first .*"
+                                         r"To free the order, give the factory's trainer passes without the pin"):
+        Sweep(make_trainer, [CutOut(), LabelSmoothing(), SelectiveBackprop()], folder=tmp_path)
+    with pytest.raises(ValueError, match=r"run in one order only.*LabelSmoothing never shares an event"):
+        Sweep(make_trainer, [LabelSmoothing()], folder=tmp_path)
+    with pytest.raises(ValueError, match=r"the orders \(0, 1\) and \(0, 1\) run alike \(after_dataloader: MixUp > "
+                                         r"CutOut\); give each order once"):
+        Sweep(make_trainer, [CutOut(), MixUp()], orders=[(0, 1), (0, 1)], folder=tmp_path)
+
