@@ -3,13 +3,15 @@
 ``composer-lab check-notebooks`` validates notebooks as CI validates the bundled ones.
 
 With no options it trains a small CNN on scikit-learn's digits for 6 epochs with Selective
-Backprop and label smoothing (well under a minute on 2 CPU cores) and writes
+Backprop and label smoothing, on one torch thread (``--threads``; well under a minute on 2 CPU
+cores) and writes
 ``runs/<name>/``: config.json, metrics.parquet, trace/, loss.png and timeline.png.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
 import time
 from dataclasses import dataclass
@@ -18,7 +20,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-__all__ = ["main", "build_parser", "parse_algorithms", "DEFAULT_ALGORITHMS"]
+__all__ = ["main", "build_parser", "parse_algorithms", "positive_int", "DEFAULT_ALGORITHMS"]
 
 DEFAULT_ALGORITHMS = "selective_backprop,label_smoothing"
 
@@ -33,14 +35,18 @@ def build_parser() -> argparse.ArgumentParser:
                           "standard library, for --model gpt)")
     run.add_argument("--model", default="cnn", choices=["cnn", "mlp", "resnet", "gpt"])
     run.add_argument("--algorithms", default=DEFAULT_ALGORITHMS,
-                     help="comma-separated snake_case names, or 'none'")
-    run.add_argument("--epochs", type=int, default=6)
-    run.add_argument("--batch-size", type=int, default=64)
+                     help="comma-separated names, snake_case or as the classes (label_smoothing or "
+                          "LabelSmoothing), or 'none'")
+    run.add_argument("--epochs", type=positive_int, default=6)
+    run.add_argument("--batch-size", type=positive_int, default=64)
     run.add_argument("--lr", type=float, default=0.05, help="SGD learning rate (momentum 0.9)")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--device", default=None, help="cpu or gpu (default: gpu when available)")
     run.add_argument("--precision", default=None, choices=["fp32", "amp_bf16", "amp_fp16"])
-    run.add_argument("--microbatch-size", type=int, default=None, help="device_train_microbatch_size")
+    run.add_argument("--microbatch-size", type=positive_int, default=None, help="device_train_microbatch_size")
+    run.add_argument("--threads", type=positive_int, default=1,
+                     help="torch CPU threads; one suits the small default models and does not stall when "
+                          "other work holds a core (see the README)")
     run.add_argument("--trace", default="all", choices=["all", "ran", "off"])
     run.add_argument("--name", default=None, help="run name (default: the start time)")
     run.add_argument("--runs-dir", default="runs", help="run folders go to RUNS_DIR/NAME")
@@ -72,18 +78,39 @@ def build_parser() -> argparse.ArgumentParser:
                        "run again on it to resume")
     sweep.set_defaults(handler=sweep_command)
     lab = commands.add_parser("lab", help="open JupyterLab on a working copy of the bundled notebooks "
-                              "(copied there the first time; the shipped ones stay clean)")
+                              "(copied there the first time; the shipped ones stay clean)",
+                              epilog="Any other option goes to JupyterLab, e.g. --no-browser, --port 8890, "
+                                     "--ServerApp.token=SECRET, --allow-root (added for you when run as root); "
+                                     "after -- everything does.")
     lab.add_argument("folder", nargs="?", default=None,
                      help="the working folder for the notebooks (default: ./composer-lab-notebooks)")
-    lab.add_argument("--no-browser", action="store_true", help="serve without opening a browser")
     lab.add_argument("--print-command", action="store_true",
                      help="prepare the folder and print the JupyterLab command instead of running it")
     lab.set_defaults(handler=lab_command)
     return parser
 
 
+def positive_int(text: str) -> int:
+    """An argparse ``type``: a whole number >= 1, refused in the command line's terms."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return value
+
+
+def _key(name: str) -> str:
+    """How a written algorithm name is looked up: 'LabelSmoothing', 'label-smoothing' and
+    'label_smoothing' are one name."""
+    return name.lower().replace("_", "").replace("-", "")
+
+
 def parse_algorithms(text: str, fixed_input_size: bool = False) -> list:
-    """Instances of the algorithms named in ``text`` ('selective_backprop,label_smoothing').
+    """Instances of the algorithms named in ``text`` ('selective_backprop,label_smoothing'); the
+    class names as the README writes them ('CutOut,LabelSmoothing') are read too, and a name
+    that is none of them is refused with the closest one (did you mean ...).
     ``fixed_input_size``: the model takes one input size only (the MLP), so Selective
     Backprop scores full-size inputs (scale_factor=1) instead of downsampled ones."""
     from composer_lab.algorithms import ALGORITHMS
@@ -91,12 +118,15 @@ def parse_algorithms(text: str, fixed_input_size: bool = False) -> list:
     names = [n.strip() for n in text.split(",") if n.strip()]
     if names == ["none"]:
         return []
-    unknown = [n for n in names if n not in ALGORITHMS]
+    by_key = {_key(name): name for name in ALGORITHMS}
+    unknown = [n for n in names if _key(n) not in by_key]
     if unknown:
-        raise ValueError(f"unknown algorithm(s) {', '.join(unknown)}; choose from {', '.join(sorted(ALGORITHMS))} "
+        guesses = {n: difflib.get_close_matches(_key(n), by_key, 1) for n in unknown}
+        hints = [f"{n} (did you mean {by_key[guess[0]]}?)" if guess else n for n, guess in guesses.items()]
+        raise ValueError(f"unknown algorithm(s) {', '.join(hints)}; choose from {', '.join(sorted(ALGORITHMS))} "
                          f"(comma-separated), or 'none'")
     options = {"selective_backprop": {"scale_factor": 1.0}} if fixed_input_size else {}
-    return [ALGORITHMS[n](**options.get(n, {})) for n in names]
+    return [ALGORITHMS[name](**options.get(name, {})) for name in (by_key[_key(n)] for n in names)]
 
 
 def _build_model(name: str, example: torch.Tensor, num_classes: int) -> torch.nn.Module:
@@ -149,6 +179,7 @@ def run_command(args: argparse.Namespace) -> int:
                          f"text and the text needs it; use --data text --model gpt, or an image dataset with "
                          f"cnn, mlp or resnet")
     algorithms = parse_algorithms(args.algorithms, fixed_input_size=args.model == "mlp")
+    torch.set_num_threads(args.threads)
     seed_all(args.seed)
     train, evaluation = DATASETS[args.data](batch_size=args.batch_size)
     x, y = train.dataset[0]
@@ -184,20 +215,26 @@ def check_notebooks_command(args: argparse.Namespace) -> int:
 
 
 def lab_command(args: argparse.Namespace) -> int:
-    """Copy the notebooks into ``args.folder`` (those not there yet) and run JupyterLab on it."""
+    """Copy the notebooks into ``args.folder`` (those not there yet) and run JupyterLab on it,
+    with ``args.jupyter`` (the options this command does not know) passed on."""
+    import os
     import shlex
-    import subprocess
 
-    from composer_lab.lab.launch import DEFAULT_FOLDER, lab_command as command_for, prepare_folder
+    from composer_lab.lab.launch import (DEFAULT_FOLDER, allow_root, lab_command as command_for, prepare_folder,
+                                         running_as_root)
 
     folder = Path(args.folder or DEFAULT_FOLDER)
     copied = prepare_folder(folder)
-    command = command_for(folder, open_browser=not args.no_browser)
+    options, note = allow_root(args.jupyter, running_as_root())
+    command = command_for(folder, options)
     print(f"{len(copied)} notebook(s) copied to {folder}" if copied else f"notebooks in {folder} (kept as they are)")
+    if note:
+        print(note)
     if args.print_command:
         print(shlex.join(command))
         return 0
-    return subprocess.call(command)
+    sys.stdout.flush()
+    os.execv(command[0], command)  # JupyterLab in this process's place: a stop or Ctrl-C reaches it directly
 
 
 @dataclass(frozen=True)
@@ -263,7 +300,15 @@ def _dask_client(address: str) -> Any:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of ``composer-lab`` and ``python -m composer_lab``."""
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    jupyter: list[str] = []
+    if argv[:1] == ["lab"]:  # what `lab` does not know goes to JupyterLab
+        from composer_lab.lab.launch import split_jupyter_options
+
+        ours, jupyter = split_jupyter_options(argv[1:], ours=("--print-command", "-h", "--help"))
+        argv = ["lab", *ours]
     args = parser.parse_args(argv)
+    args.jupyter = jupyter
     try:
         return args.handler(args)
     except (ValueError, TypeError, FileNotFoundError, ModuleNotFoundError) as err:

@@ -1,4 +1,4 @@
-"""A trainer's life across threads and the interpreter's exit: one fit at a time, closed at exit."""
+"""A trainer's life across threads and the interpreter's exit: one loop at a time, closed at exit."""
 
 from __future__ import annotations
 
@@ -9,27 +9,42 @@ import weakref
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
-__all__ = ["FitLock", "close_at_exit"]
+__all__ = ["LoopLock", "TrainerBusy", "close_at_exit"]
+
+_DOING = {"fit": "training", "eval": "evaluating", "predict": "predicting", "close": "closing"}
 
 
-class FitLock:
-    """One fit at a time, whichever thread calls it (a cell, the lab's run panel, a callback)."""
+class TrainerBusy(RuntimeError):
+    """A loop (fit, eval, predict, close) was called while another one of the same trainer runs."""
+
+
+class LoopLock:
+    """One loop at a time, whichever thread calls it (a cell, the lab's run panel, a callback):
+    ``fit``, ``eval``, ``predict`` and ``close`` share the trainer's state (batch, outputs, loss,
+    the model's train/eval mode), so a second one while one runs would race on it."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._where = ""  # where the fit under way was started, for the error of a second one
+        self._where = ""  # what runs and where it was started, for the error of a second one
+
+    @property
+    def busy(self) -> bool:
+        """Whether a loop runs now (in any thread)."""
+        return self._lock.locked()
 
     @contextmanager
-    def hold(self, run_name: str, batch: int) -> Iterator[None]:
-        """Held for one fit of run ``run_name`` starting at ``batch``; a second fit meanwhile
-        raises RuntimeError saying where the first one started and how to stop it."""
+    def hold(self, loop: str, run_name: str, batch: int) -> Iterator[None]:
+        """Held for one ``loop`` ('fit', 'eval', 'predict', 'close') of run ``run_name`` starting at
+        ``batch``; another loop meanwhile raises :class:`TrainerBusy` saying what runs, where it
+        started and how to stop it."""
         if not self._lock.acquire(blocking=False):
-            raise RuntimeError(f"run {run_name!r} is already training ({self._where}); one trainer trains in one "
-                               f"place at a time: wait for that fit to end, or stop it (the lab's Stop button or "
-                               f"lab.run.handle.stop(); the kernel's interrupt for a fit in a cell), then call fit() "
-                               f"again")
+            raise TrainerBusy(f"run {run_name!r} is already {self._where or 'running'}; one trainer runs one loop (fit, eval, "
+                              f"predict, close) at a time: wait for that one to end, or stop it (the lab's Stop "
+                              f"button or lab.run.handle.stop(); the kernel's interrupt for a fit in a cell), then "
+                              f"call {loop}() again")
         try:
-            self._where = f"fit started in thread {threading.current_thread().name!r} at batch {batch}"
+            self._where = (f"{_DOING[loop]} ({loop} started in thread {threading.current_thread().name!r} at "
+                           f"batch {batch})")
             yield
         finally:
             self._where = ""
@@ -47,5 +62,7 @@ def close_at_exit(trainer: Any) -> Callable[[], None]:
 
 
 def _close_if_alive(trainer: "weakref.ref[Any]") -> None:
-    if (alive := trainer()) is not None:
+    """Close the trainer if it is alive and no loop runs: a run still training in a daemon thread
+    at exit (a panel's) is left to end with the process rather than be closed under it."""
+    if (alive := trainer()) is not None and not alive.busy:
         alive.close()

@@ -29,7 +29,7 @@ from composer_lab.trainer.feed import BatchFeed
 from composer_lab.trainer.failures import InterruptGuard, NonFiniteWatch, abandon_batch, note_failure
 from composer_lab.trainer.inference import PREDICT_EVENTS, evaluate, run_inference
 from composer_lab.trainer.interval import Interval
-from composer_lab.trainer.lifecycle import FitLock, close_at_exit
+from composer_lab.trainer.lifecycle import LoopLock, close_at_exit
 from composer_lab.trainer.metrics import EvalMetrics, Throughput
 from composer_lab.trainer.progress import ProgressBar
 from composer_lab.trainer.rng import seed_all
@@ -135,7 +135,7 @@ class Trainer:
         self._epoch_started = False  # EPOCH_START has fired for the epoch in progress
         self._batch_seq = 0  # the trace's seq when the batch in flight was taken
         self._guard = InterruptGuard()
-        self._fit_lock = FitLock()
+        self._loop_lock = LoopLock()
         self._rank_traces: Optional[distributed.RankTraces] = None
         self._close_at_exit = close_at_exit(self)
 
@@ -161,6 +161,11 @@ class Trainer:
     def metrics(self) -> Any:
         """The logged metrics: a tidy DataFrame (``batch``, ``epoch``, ``phase``, ``name``, ``value``)."""
         return self.logger.metrics
+
+    @property
+    def busy(self) -> bool:
+        """Whether a loop (fit, eval, predict, close) runs now, in any thread."""
+        return self._loop_lock.busy
 
     @property
     def checkpoints(self) -> list:
@@ -196,10 +201,11 @@ class Trainer:
         """Train until ``max_duration``; ``duration`` trains that much more (and extends
         ``max_duration``, noted in the trace), so ``fit`` can be called again to continue.
 
-        Works from any thread; a trainer runs one fit at a time: a second call while one is
-        under way (another thread, the lab's run panel, a callback) raises RuntimeError."""
+        Works from any thread; a trainer runs one loop at a time: a call while a fit, eval,
+        predict or close is under way (another thread, the lab's run panel, a callback) raises
+        :class:`~composer_lab.trainer.lifecycle.TrainerBusy`, a RuntimeError."""
         state = self.state
-        with self._fit_lock.hold(state.run_name, state.timestamp.batch):
+        with self._loop_lock.hold("fit", state.run_name, state.timestamp.batch):
             if duration is not None:
                 longer = max_duration_after(state.timestamp, duration)
                 if longer != state.max_duration:
@@ -361,15 +367,17 @@ class Trainer:
         """Evaluate now on ``eval_dataloader`` (default: the trainer's), between
         EVAL_STANDALONE_START and EVAL_STANDALONE_END; returns the metrics as floats.
         EVAL_BEFORE_ALL / EVAL_AFTER_ALL fire too, unlike in Composer, so algorithms that swap
-        weights for evaluation (EMA) swap for this one as well."""
+        weights for evaluation (EMA) swap for this one as well. Refused while another loop runs,
+        as :meth:`fit` is."""
         dataloader = (self._rank_share(eval_dataloader, "eval_dataloader", self.state.seed)
                       if eval_dataloader is not None else self.eval_dataloader)
         if dataloader is None:
             raise ValueError("eval() needs data: pass Trainer(eval_dataloader=...) or trainer.eval(dataloader)")
         check_dataloader(dataloader, "eval_dataloader")
-        self.engine.run_event(Event.EVAL_STANDALONE_START)
-        results = self._evaluate(dataloader)
-        self.engine.run_event(Event.EVAL_STANDALONE_END)
+        with self._loop_lock.hold("eval", self.state.run_name, self.state.timestamp.batch):
+            self.engine.run_event(Event.EVAL_STANDALONE_START)
+            results = self._evaluate(dataloader)
+            self.engine.run_event(Event.EVAL_STANDALONE_END)
         return {name: float(value) for name, value in results.items()}
 
     def _evaluate(self, dataloader: Any) -> dict[str, torch.Tensor]:
@@ -378,11 +386,13 @@ class Trainer:
         return evaluate(self.engine, self.adapter, dataloader, self.eval_metrics)
 
     def predict(self, dataloader: Any) -> list:
-        """The model's outputs (detached, on the device) for each batch of ``dataloader``."""
+        """The model's outputs (detached, on the device) for each batch of ``dataloader``.
+        Refused while another loop runs, as :meth:`fit` is."""
         check_dataloader(dataloader, "dataloader")
         outputs: list = []
-        run_inference(self.engine, self.adapter, dataloader, PREDICT_EVENTS, lambda s: outputs.append(s.outputs))
-        self.engine.run_event(Event.PREDICT_END)
+        with self._loop_lock.hold("predict", self.state.run_name, self.state.timestamp.batch):
+            run_inference(self.engine, self.adapter, dataloader, PREDICT_EVENTS, lambda s: outputs.append(s.outputs))
+            self.engine.run_event(Event.PREDICT_END)
         return outputs
 
     # -- checkpoints and closing -------------------------------------------------------------------
@@ -394,7 +404,9 @@ class Trainer:
     def close(self) -> None:
         """End the run's callbacks, as Composer does: each one's ``close(state, logger)``, then
         ``post_close()`` (:meth:`Engine.close`); the engine runs no events after. Also called at
-        interpreter exit for a trainer still alive then; a second call does nothing."""
-        atexit.unregister(self._close_at_exit)
-        self.engine.close()
+        interpreter exit for a trainer still alive then; a second call does nothing. Refused while
+        another loop runs, as :meth:`fit` is."""
+        with self._loop_lock.hold("close", self.state.run_name, self.state.timestamp.batch):
+            atexit.unregister(self._close_at_exit)
+            self.engine.close()
 

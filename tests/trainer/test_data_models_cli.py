@@ -102,6 +102,18 @@ def test_parse_algorithms():
         parse_algorithms("warp_drive")
 
 
+def test_algorithms_may_be_written_as_the_readme_writes_the_classes_and_a_typo_gets_a_guess():
+    from composer_lab.algorithms import CutOut, LabelSmoothing
+
+    assert [type(a) for a in parse_algorithms("CutOut, LabelSmoothing,label-smoothing")] == [CutOut, LabelSmoothing,
+                                                                                             LabelSmoothing]
+    with pytest.raises(ValueError, match=r"unknown algorithm\(s\) label_smothing \(did you mean label_smoothing\?\), "
+                                         r"warp_drive; choose from"):
+        parse_algorithms("label_smothing,warp_drive")
+    with pytest.raises(ValueError, match=r"SelectivBackprop \(did you mean selective_backprop\?\)"):
+        parse_algorithms("SelectivBackprop")
+
+
 def test_cli_run_writes_a_run_folder(tmp_path, capsys):
     code = main(["run", "--epochs", "1", "--model", "mlp", "--runs-dir", str(tmp_path), "--name", "t",
                  "--no-progress", "--algorithms", "selective_backprop,label_smoothing"])
@@ -120,8 +132,34 @@ def test_cli_run_writes_a_run_folder(tmp_path, capsys):
 def test_cli_bad_input_is_an_error_message(tmp_path, capsys):
     code = main(["run", "--algorithms", "warp_drive", "--runs-dir", str(tmp_path)])
     assert code == 2 and "unknown algorithm" in capsys.readouterr().err
-    code = main(["run", "--epochs", "1", "--microbatch-size", "0", "--runs-dir", str(tmp_path), "--no-progress"])
-    assert code == 2 and "device_train_microbatch_size" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("option", ["--microbatch-size", "--threads", "--epochs", "--batch-size"])
+def test_cli_counts_are_checked_before_any_work_in_the_command_line_terms(tmp_path, capsys, option):
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", option, "0", "--runs-dir", str(tmp_path)])
+    assert exit_.value.code == 2
+    assert f"composer-lab run: error: argument {option}: must be a whole number >= 1, got '0'" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir()), "nothing ran"
+
+
+def test_cli_run_trains_on_one_thread_unless_told(tmp_path, monkeypatch):
+    """One thread by default, as the README recommends for the small default models."""
+    threads = []
+
+    def trainer(*args, **kwargs):  # the threads the trainer would train on; then stop
+        threads.append(torch.get_num_threads())
+        raise ValueError("stopped before training")
+
+    monkeypatch.setattr("composer_lab.trainer.Trainer", trainer)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        args = ["run", "--runs-dir", str(tmp_path), "--epochs", "1", "--no-progress"]
+        assert main(args) == 2 and main([*args, "--threads", "3"]) == 2
+    finally:
+        torch.set_num_threads(before)
+    assert threads == [1, 3]
 
 
 def test_cli_refuses_to_overwrite_another_run(tmp_path, capsys):

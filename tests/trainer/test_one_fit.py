@@ -1,4 +1,5 @@
-"""One trainer trains in one place at a time, from any thread; a longer run is a note in the trace."""
+"""One trainer runs one loop (fit, eval, predict, close) at a time, from any thread; a longer run is a
+note in the trace."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import pytest
 
 from composer_lab import Callback
 from composer_lab.algorithms import SelectiveBackprop
-from tests.trainer.helpers import make_trainer
+from composer_lab.trainer.lifecycle import TrainerBusy
+from tests.trainer.helpers import make_trainer, tiny_loader
 
 
 class Gate(Callback):
@@ -28,8 +30,9 @@ def test_a_second_fit_while_one_is_live_is_refused_across_threads():
     worker = threading.Thread(target=trainer.fit, name="worker")
     worker.start()
     assert gate.reached.wait(30)
-    with pytest.raises(RuntimeError, match=r"run 'live' is already training \(fit started in thread 'worker' at "
-                                           r"batch 0\).*stop it"):
+    with pytest.raises(TrainerBusy, match=r"run 'live' is already training \(fit started in thread 'worker' at "
+                                          r"batch 0\); one trainer runs one loop \(fit, eval, predict, close\) at "
+                                          r"a time: .*stop it .*then call fit\(\) again"):
         trainer.fit("5ba")
     gate.release.set()
     worker.join(30)
@@ -38,6 +41,61 @@ def test_a_second_fit_while_one_is_live_is_refused_across_threads():
     assert (trainer.trace.events["event"].astype(str) == "fit_start").sum() == 1
     trainer.fit("1ba")  # the lock is free again once the live fit ended
     assert trainer.state.timestamp.batch == 3
+
+
+@pytest.mark.parametrize("loop", ["eval", "predict", "close"])
+def test_eval_predict_and_close_during_a_fit_are_refused_like_a_second_fit(loop):
+    """They share the state's batch, outputs, loss and the model's mode with the fit."""
+    gate = Gate()
+    trainer = make_trainer(callbacks=[gate], max_duration="2ba", run_name="live", eval_dataloader=tiny_loader())
+    worker = threading.Thread(target=trainer.fit, name="worker")
+    worker.start()
+    assert gate.reached.wait(30) and trainer.busy
+    call = {"eval": trainer.eval, "predict": lambda: trainer.predict(trainer.eval_dataloader),
+            "close": trainer.close}[loop]
+    events_before = len(trainer.trace.events)
+    with pytest.raises(TrainerBusy, match=rf"run 'live' is already training \(fit started in thread 'worker' at batch "
+                                          rf"0\); .*then call {loop}\(\) again"):
+        call()
+    assert len(trainer.trace.events) == events_before, "the refused loop fired no event"
+    assert trainer.state.model.training, "nor switched the model to eval mode under the fit"
+    gate.release.set()
+    worker.join(30)
+    assert trainer.state.timestamp.batch == 2 and not trainer.busy
+    call()  # free again once the fit ended
+
+
+def test_the_exit_hook_leaves_a_trainer_that_trains_in_a_thread_alone():
+    """At interpreter exit a panel's daemon thread may still train: closing under it would fail."""
+    gate = Gate()
+    trainer = make_trainer(callbacks=[gate], max_duration="2ba")
+    worker = threading.Thread(target=trainer.fit, name="worker")
+    worker.start()
+    assert gate.reached.wait(30)
+    trainer._close_at_exit()  # what atexit calls
+    gate.release.set()
+    worker.join(30)
+    assert trainer.state.timestamp.batch == 2, "not closed: the fit went on"
+    trainer._close_at_exit()
+    with pytest.raises(RuntimeError, match="closed"):
+        trainer.fit("1ba")
+
+
+def test_a_fit_during_an_evaluation_names_the_evaluation():
+    errors = []
+
+    class FitDuringEval(Callback):
+        def eval_batch_end(self, state, logger) -> None:
+            try:
+                trainer.fit("1ba")
+            except TrainerBusy as err:
+                errors.append(str(err))
+
+    trainer = make_trainer(callbacks=[FitDuringEval()], max_duration="2ba", run_name="ev", eval_dataloader=tiny_loader())
+    trainer.eval()
+    assert errors and errors[0].startswith("run 'ev' is already evaluating (eval started in thread 'MainThread' "
+                                           "at batch 0)")
+    assert trainer.state.timestamp.batch == 0
 
 
 def test_a_fit_called_from_inside_a_fit_is_refused():
