@@ -16,13 +16,12 @@ partner targets never outlive the rows they belong to.
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Mapping
-from typing import Any, Callable, ClassVar, NamedTuple, Optional, Sequence
+from typing import Callable, ClassVar, NamedTuple, Optional, Sequence
 
 import torch
 from scipy.special import betaincinv
-from torch.func import functional_call
 
+from composer_lab.algorithms.probe import probe_outputs
 from composer_lab.algorithms.soft_targets import class_values, outputs_shape_for
 from composer_lab.algorithms.validation import check_positive
 from composer_lab.core.algorithm import Algorithm
@@ -75,26 +74,11 @@ class Mix(NamedTuple):
     box: Optional[tuple[int, int, int, int]] = None
 
 
-def _to_meta(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.to("meta")
-    if isinstance(value, Mapping):
-        return {key: _to_meta(item) for key, item in value.items()}
-    if isinstance(value, (tuple, list)):
-        return type(value)(_to_meta(item) for item in value)
-    return value
-
-
 def model_outputs_shape(state: State) -> torch.Size:
-    """The shape of the model's outputs on ``state.batch``, from a forward on the meta device:
-    shapes only, so no data is read, no memory used, no random number drawn and no buffer
-    (BatchNorm statistics) changed."""
-    model = state.model
-    tensors = {**dict(model.named_parameters()), **dict(model.named_buffers())}
-    meta = {name: tensor.to("meta") for name, tensor in tensors.items()}
-    batch = _to_meta(state.batch)
-    args = (batch,) if state.loss_fn is None else (_to_meta(state.batch_get_item(0)),)
-    outputs = functional_call(model, meta, args)
+    """The shape of the model's outputs for one example of ``state.batch`` (a probe forward,
+    :func:`~composer_lab.algorithms.probe.probe_outputs`: the model's parameters, buffers and
+    random state are left as they were, also when the forward fails). ``N`` reads 1."""
+    outputs = probe_outputs(state, state.batch_get_item(0))
     if not isinstance(outputs, torch.Tensor):
         raise TypeError(f"the model returned {type(outputs).__name__}, not a tensor of class scores")
     return outputs.shape
@@ -110,8 +94,8 @@ class MixingAlgorithm(Algorithm):
     Args:
         interpolate_loss: interpolate the loss rather than the targets (Composer's argument).
         num_classes: the number of classes, to turn class-index targets into per-class values;
-            None reads it from the model's output shape (a shape-only forward, once per input
-            shape).
+            None reads it from the model's output shape (a probe forward of one example without
+            gradients, which changes nothing in the model; once per model and input shape).
     """
 
     mixes_examples: ClassVar[bool] = True
@@ -162,7 +146,7 @@ class MixingAlgorithm(Algorithm):
 
     def outputs_shape(self, state: State, targets: torch.Tensor) -> tuple[int, ...]:
         """The outputs' shape that says the targets' form: from ``num_classes``, else from the
-        model (a shape-only forward, remembered per model and input shape)."""
+        model (a probe forward, remembered per model and input shape)."""
         if self.num_classes is not None:
             return outputs_shape_for(targets, self.num_classes)
         inputs = state.batch_get_item(0)
@@ -170,7 +154,7 @@ class MixingAlgorithm(Algorithm):
         if key not in self._shapes:
             try:
                 self._shapes[key] = tuple(model_outputs_shape(state)[1:])
-            except Exception as err:  # any failure of the user's forward on meta tensors
+            except Exception as err:  # any failure of the user's forward on one example
                 raise ValueError(f"{type(self).__name__} could not read the number of classes from the model's "
                                  f"output shape ({type(err).__name__}: {err}); pass "
                                  f"{type(self).__name__}(num_classes=...)") from err

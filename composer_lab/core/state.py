@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, MutableMapping
-from typing import Any, Optional, Sequence, Union
+from collections.abc import Mapping
+from typing import Any, Callable, Optional, Sequence, Union
 
 import torch
 
 from composer_lab.core.time import Time, Timestamp, TimeUnit, ensure_time
 
-__all__ = ["State", "BATCH_KEYS", "batch_key"]
+__all__ = ["State", "BATCH_KEYS", "DICT_BATCH_KEYS", "BatchKey", "batch_key", "batch_item", "batch_with_item"]
 
 BATCH_KEYS = ("input", "target")
 """Where a dict batch holds what an ``(input, target)`` batch holds at positions 0 and 1."""
+
+DICT_BATCH_KEYS = (("input", "input_ids", "pixel_values"), ("target", "labels"))
+"""The names a dict batch may give positions 0 and 1, the first present answering: ours, then
+Hugging Face's (a tokenizer's 'input_ids', an image processor's 'pixel_values', 'labels')."""
+
+BatchKey = Union[int, str, Callable[[Any], Any], tuple[Callable[[Any], Any], Callable[[Any, Any], Any]]]
+"""A position or name in the batch, a function ``get(batch)``, or a pair ``(get(batch),
+set(batch, value) -> new batch)``, as Composer's ``State.batch_get_item`` takes."""
 
 _AUTOCAST_DTYPES = {"amp_bf16": torch.bfloat16, "amp_fp16": torch.float16}
 _NO_AUTOCAST = contextlib.nullcontext()  # reusable: entered twice a step in fp32
@@ -21,14 +29,53 @@ _NO_AUTOCAST = contextlib.nullcontext()  # reusable: entered twice a step in fp3
 
 def batch_key(batch: Any, key: Union[int, str]) -> Union[int, str]:
     """The key under which ``batch`` holds ``key``: the one rule of what a batch is, read by the
-    State and the trainer alike. Positions 0 and 1 of a dict batch are its 'input' and 'target'."""
+    State and the trainer alike. Positions 0 and 1 of a dict batch are the first of its
+    :data:`DICT_BATCH_KEYS` names ('input' / 'target', or Hugging Face's)."""
     if isinstance(key, int) and isinstance(batch, Mapping):
-        if key not in (0, 1) or BATCH_KEYS[key] not in batch:
-            raise KeyError(f"dict batches need the keys 'input' and 'target'; this one has {sorted(batch)}: "
-                           f"rename the dataset's keys (a model with its own forward(batch) and "
-                           f"loss(outputs, batch) needs them only for algorithms that read inputs or targets)")
-        return BATCH_KEYS[key]
+        names = DICT_BATCH_KEYS[key] if key in (0, 1) else ()
+        for name in names:
+            if name in batch:
+                return name
+        raise KeyError(f"dict batches need the keys 'input' and 'target' (or Hugging Face's 'input_ids' / "
+                       f"'pixel_values' and 'labels'); this one has {sorted(batch)}: rename the dataset's keys (a model "
+                       f"with its own forward(batch) and loss(outputs, batch) needs them only for algorithms that "
+                       f"read inputs or targets)")
     return key
+
+
+def _getter_setter(key: Any) -> Optional[tuple[Callable[[Any], Any], Optional[Callable[[Any, Any], Any]]]]:
+    """``(get, set)`` for a function key (set None) or a ``(get, set)`` pair; None for a plain key."""
+    if isinstance(key, tuple) and len(key) == 2 and all(callable(f) for f in key):
+        return key
+    return (key, None) if callable(key) else None
+
+
+def batch_item(batch: Any, key: BatchKey) -> Any:
+    """``batch[key]`` by the batch rule (:func:`batch_key`), or ``get(batch)`` for a function key."""
+    functions = _getter_setter(key)
+    if functions is not None:
+        return functions[0](batch)
+    return batch[batch_key(batch, key)]
+
+
+def batch_with_item(batch: Any, key: BatchKey, value: Any) -> Any:
+    """A batch like ``batch`` holding ``value`` at ``key``, of the same type (a dict or tuple is
+    rebuilt, not changed in place); ``set(batch, value)`` for a ``(get, set)`` pair."""
+    functions = _getter_setter(key)
+    if functions is not None:
+        if functions[1] is None:
+            raise TypeError(f"cannot set an item of the batch through the function {getattr(key, '__name__', key)!r} "
+                            f"alone: pass a pair (get_fn, set_fn), set_fn(batch, value) returning the new batch")
+        return functions[1](batch, value)
+    key = batch_key(batch, key)
+    if isinstance(batch, Mapping):
+        return {**batch, key: value}
+    if isinstance(batch, (tuple, list)):
+        items = list(batch)
+        items[key] = value
+        return items if isinstance(batch, list) else tuple(items)
+    raise TypeError(f"cannot set item {key!r} of a batch of type {type(batch).__name__}; batches are "
+                    f"(input, target) tuples or dicts with 'input' and 'target', or give a (get_fn, set_fn) pair")
 
 
 def _as_list(value: Any) -> list:
@@ -125,23 +172,24 @@ class State:
             done += ts.batch_in_epoch / self.dataloader_len
         return min(done / max_duration.value, 1.0) if max_duration.value else 1.0
 
-    # -- batch access ---------------------------------------------------------------------
-    def batch_get_item(self, key: Union[int, str]) -> Any:
-        """``batch[key]``; dict batches answer 0 and 1 with their 'input' and 'target'."""
-        return self.batch[batch_key(self.batch, key)]
+    def stop_training(self) -> None:
+        """End the fit after the batch under way (what early-stopping callbacks call, as in
+        Composer): ``max_duration`` becomes the time trained so far, in its unit, or in batches
+        when it was given in epochs, so the trainer stops at the next batch boundary; a later
+        ``fit(duration)`` trains on from there."""
+        unit = TimeUnit.BATCH if self.max_duration.unit is TimeUnit.EPOCH else self.max_duration.unit
+        self.max_duration = Time(self.timestamp.get(unit), unit)
 
-    def batch_set_item(self, key: Union[int, str], value: Any) -> None:
-        """Replace ``batch[key]``, keeping the batch's type (tuples are rebuilt)."""
-        key = batch_key(self.batch, key)
-        if isinstance(self.batch, MutableMapping):
-            self.batch = {**self.batch, key: value}
-        elif isinstance(self.batch, (tuple, list)):
-            items = list(self.batch)
-            items[key] = value
-            self.batch = type(self.batch)(items) if isinstance(self.batch, list) else tuple(items)
-        else:
-            raise TypeError(f"cannot set item {key!r} of a batch of type {type(self.batch).__name__}; "
-                            f"batches are (input, target) tuples or dicts with 'input' and 'target'")
+    # -- batch access ---------------------------------------------------------------------
+    def batch_get_item(self, key: BatchKey) -> Any:
+        """``batch[key]``; dict batches answer 0 and 1 by :func:`batch_key`; a function key, or a
+        ``(get_fn, set_fn)`` pair, is called on the batch (as in Composer)."""
+        return batch_item(self.batch, key)
+
+    def batch_set_item(self, key: BatchKey, value: Any) -> None:
+        """Replace ``batch[key]``, keeping the batch's type (tuples are rebuilt); a ``(get_fn,
+        set_fn)`` key sets ``batch = set_fn(batch, value)``."""
+        self.batch = batch_with_item(self.batch, key, value)
 
     @property
     def inputs(self) -> Any:

@@ -229,16 +229,23 @@ def test_reading_the_class_count_from_the_model_changes_nothing():
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
 
 
-def test_a_model_that_cannot_report_its_output_shape_asks_for_num_classes():
-    class HostOnly(PoolNet):
+def test_a_model_whose_probe_forward_fails_asks_for_num_classes_and_is_left_as_it_was():
+    class TrainingOnly(PoolNet):
         def forward(self, x):
-            return super().forward(x) * float(x.sum())  # reads data: no shape-only forward
+            if not self.training:
+                raise RuntimeError("this model runs in training mode only")
+            return super().forward(x)
 
     batch = row_identifying_loader(1).dataset.tensors
-    state, engine = make_state(HostOnly(), batch, [CutMix(alpha=1.0)])
-    with pytest.raises(ValueError, match=r"pass CutMix\(num_classes=...\)"):
+    model = TrainingOnly()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    state, engine = make_state(model, batch, [CutMix(alpha=1.0)])
+    with pytest.raises(ValueError, match=r"CutMix could not read the number of classes .*RuntimeError: this model "
+                                         r"runs in training mode only.*pass CutMix\(num_classes=...\)"):
         engine.run_event(Event.AFTER_DATALOADER)
-    state, engine = make_state(HostOnly(), batch, [CutMix(alpha=1.0, num_classes=CLASSES)])
+    assert model.training and all(m.training for m in model.modules())
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    state, engine = make_state(TrainingOnly(), batch, [CutMix(alpha=1.0, num_classes=CLASSES)])
     engine.run_event(Event.AFTER_DATALOADER)
     assert torch.allclose(state.batch[1], true_targets(state.batch[0]), atol=1e-6)
 
