@@ -31,7 +31,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 __all__ = ["ChunkStore", "Bounds", "to_table", "where", "table_to_bytes", "table_from_bytes", "explode", "to_json",
-           "write_parquet", "read_parquet", "decoded", "absent", "columns", "temporary_folder"]
+           "absent", "columns", "temporary_folder"]
 
 Bounds = Optional[tuple[Any, Any]]
 """A half-open range ``(lo, hi)`` of a column's values (either end None: open), or None: any."""
@@ -251,32 +251,3 @@ def absent(keys: Sequence[Any], asked: Sequence[Optional[tuple]], present_keys: 
 def to_json(values: Any) -> list:
     """``values`` as JSON text, None kept (what JSON cannot hold, as its repr)."""
     return [None if value is None else json.dumps(value, default=repr) for value in values]
-
-
-def write_parquet(frame: pd.DataFrame, target: Any) -> None:
-    """Write a trace frame (or any frame) to parquet, ``target`` a path or a binary file: an
-    ``exit_code`` column goes as JSON text (:func:`to_json`), so whatever ``apply`` returned can
-    be written; ``changed`` is a native list column. :func:`read_parquet` reads it back."""
-    if "exit_code" in frame.columns:
-        frame = frame.assign(exit_code=pd.Series(to_json(frame["exit_code"]), index=frame.index, dtype="string"))
-    frame.to_parquet(target, index=False)
-
-
-def read_parquet(source: Any) -> pd.DataFrame:
-    """Read what :func:`write_parquet` wrote, :func:`decoded`."""
-    return decoded(pd.read_parquet(source))
-
-
-def decoded(frame: pd.DataFrame) -> pd.DataFrame:
-    """``frame`` with its ``exit_code`` JSON text as the values they were and its ``changed``
-    lists as tuples of field names (a missing one: empty)."""
-    if "changed" in frame.columns:
-        if any(isinstance(fields, str) for fields in frame["changed"]):
-            raise ValueError("these trace frames were written by an older composer_lab ('changed' as text); "
-                             "run the experiment again with this version")
-        frame["changed"] = pd.Series([() if isinstance(fields, float) or fields is None else tuple(fields)
-                                      for fields in frame["changed"]], index=frame.index, dtype=object)
-    if "exit_code" in frame.columns:
-        frame["exit_code"] = pd.Series([json.loads(code) if isinstance(code, str) else None
-                                        for code in frame["exit_code"]], index=frame.index, dtype=object)
-    return frame

@@ -14,14 +14,9 @@ if TYPE_CHECKING:
     from composer_lab.core.logger import Logger
     from composer_lab.core.state import State
 
-__all__ = ["Algorithm", "listens", "hyperparameters", "describe"]
+__all__ = ["Algorithm", "hyperparameters", "describe"]
 
 _JSON_SCALARS = (bool, int, float, str)
-
-
-def listens(algorithm: Algorithm, event: Event) -> bool:
-    """Whether ``algorithm`` declares ``event`` (``events`` None: every event)."""
-    return algorithm.events is None or event in algorithm.events
 
 
 class Algorithm(ABC):
@@ -94,10 +89,16 @@ class Algorithm(ABC):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore from :meth:`state_dict`; stateless algorithms have nothing to restore."""
 
+    def listens(self, event: Event) -> bool:
+        """Whether the engine asks :meth:`match` at ``event``: one of the declared ``events``
+        (None: every event). The one home of that rule: the engine, its plan and the explorer
+        read it here."""
+        return self.events is None or event in self.events
+
     def match(self, event: Event, state: State) -> bool:
         """Whether the algorithm should run at ``event`` given ``state``: at its declared
         ``events``. Override only for a condition the event alone does not tell."""
-        return listens(self, event)
+        return self.listens(event)
 
     def active(self, event: Event, state: State) -> bool:
         """Whether ``apply`` does its work at ``event`` now: :meth:`match`, unless a schedule

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from composer_lab.core.event import Event
 
@@ -10,7 +10,11 @@ if TYPE_CHECKING:
     from composer_lab.core.logger import Logger
     from composer_lab.core.state import State
 
-__all__ = ["Callback", "listened_events"]
+__all__ = ["Callback", "listened_events", "INTERNAL_PREFIX"]
+
+INTERNAL_PREFIX = "lab."
+"""The trace labels a callback marked :attr:`Callback._internal` with this prefix (``lab.RunMonitor``),
+so diffs and plots can leave the tool's own calls out."""
 
 
 class Callback:
@@ -29,6 +33,11 @@ class Callback:
     trace the same whatever the model's size. ``writes`` is read only when it is a frozenset or
     a dict of Event members to frozensets (fields event by event, as on an algorithm).
     """
+
+    _internal: ClassVar[bool] = False
+    """True for a callback of the tool, not of the experiment (the lab's run monitor): the trace
+    labels it with :data:`INTERNAL_PREFIX`, and diffs and plots leave its calls out. (Underscored:
+    every public name but the events' and the lifecycle's is free for a subclass.)"""
 
     def run_event(self, event: Event, state: State, logger: Logger) -> None:
         """Dispatch ``event`` to the method of the same name."""

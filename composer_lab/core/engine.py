@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping
 from contextlib import contextmanager
 from functools import cached_property
 from operator import is_not
-from typing import Any, Callable, Iterator, NamedTuple, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional, Sequence, Union
 
-from composer_lab.core.algorithm import Algorithm, listens
+from composer_lab.core.algorithm import Algorithm
 from composer_lab.core.callback import listened_events
-from composer_lab.core.changes import FieldWatcher, torch_hooks
+from composer_lab.core.changes import CheckedWatcher, FieldWatcher, ModelHooks
 from composer_lab.core.event import _PHASE, Event
 from composer_lab.core.logger import Logger
 from composer_lab.core.passes import DEFAULT_PASSES, ORDER_ONLY_PASSES, AlgorithmPass, pass_name
@@ -23,6 +24,8 @@ __all__ = ["Engine", "AlgorithmTrace", "Traces"]
 PassSpec = Union[AlgorithmPass, tuple, Sequence[Any]]
 _now = time.perf_counter
 _INIT = Event.INIT
+CHECK_WRITES_VARIABLE = "COMPOSER_LAB_CHECK_WRITES"
+"""Set to 1 to build every engine with ``check_writes=True`` (a test run, a debugging session)."""
 
 
 class AlgorithmTrace(NamedTuple):
@@ -63,16 +66,42 @@ class Traces(Mapping):
         return repr(self._traces)
 
 
+class Listeners:
+    """The objects of a list (algorithms, callbacks) that listen at each event, and their trace
+    labels, worked out again only when the list is replaced or edited in place (compared by
+    identity: an equal instance swapped in is another object). Labels are given in list order
+    ('LabelSmoothing', 'LabelSmoothing#2'), not run order."""
+
+    def __init__(self, events_of: Callable[[Any], Iterable[Event]], label: Callable[[Any], str]) -> None:
+        self._events_of, self._label, self._seen = events_of, label, []
+        self.at: dict[Event, list] = {event: [] for event in Event}
+        self.labels: dict[Event, tuple[str, ...]] = {event: () for event in Event}
+
+    def update(self, objects: Sequence[Any]) -> None:
+        """Take ``objects`` as the list, unless it holds the same objects as the last one."""
+        seen = self._seen
+        if len(objects) == len(seen) and not any(map(is_not, objects, seen)):
+            return
+        self._seen, labels = list(objects), {id(obj): self._label(obj) for obj in objects}
+        self.at = {event: [] for event in Event}
+        for obj in objects:
+            for event in self._events_of(obj):
+                self.at[event].append(obj)
+        self.labels = {event: tuple([labels[id(obj)] for obj in at]) for event, at in self.at.items()}
+
+
 class Engine:
     """Runs ``state.algorithms`` and ``state.callbacks`` at each event and records it all.
 
-    ``run_event(event)``: ask every algorithm ``match(event, state)``, put the matches
-    through the passes, ``apply`` each in the resulting order, then run the callbacks (on
-    ``INIT``, callbacks first). ``algorithm_passes`` adds passes to the default ones and
-    accepts ``f``, ``[f]``, ``(f, index)`` or ``[(f, index), g]``. The pass list may change
-    between any two events (:meth:`register_pass`, :attr:`passes`); the change holds from the
-    next event on. ``plan(event)`` gives the order without applying anything, through the same
-    code as ``run_event``.
+    ``run_event(event)``: match (ask the algorithms that listen at the event), order (the
+    passes), apply (each in that order, then the callbacks; on ``INIT`` callbacks first), record
+    (the trace). ``algorithm_passes`` adds passes to the default ones and accepts ``f``,
+    ``[f]``, ``(f, index)`` or ``[(f, index), g]``. The pass list may change between any two
+    events (:meth:`register_pass`, :attr:`passes`); the change holds from the next event on.
+    ``plan(event)`` gives the order without applying anything, through the same ordering
+    function as ``run_event``. ``check_writes`` (default: the environment variable
+    ``COMPOSER_LAB_CHECK_WRITES``) trusts no ``writes`` declaration and raises at a call that
+    changed a field it left out (a debug mode: every call then compares the whole model).
 
     Lifecycle: the trainer enters :meth:`running` around fit, eval and predict (it installs
     what change detection needs for the run and removes it after) and calls :meth:`close` once
@@ -80,33 +109,27 @@ class Engine:
     """
 
     def __init__(self, state: State, logger: Optional[Logger] = None,
-                 algorithm_passes: Optional[PassSpec] = None, trace: Union[str, Trace] = "all") -> None:
+                 algorithm_passes: Optional[PassSpec] = None, trace: Union[str, Trace] = "all",
+                 check_writes: Optional[bool] = None) -> None:
         self.state = state
         self.logger = logger if logger is not None else Logger(state)
         self.trace = trace if isinstance(trace, Trace) else Trace(trace)
         self.passes = DEFAULT_PASSES
-        self._listed: list = []  # copies of the algorithms and callbacks lists last seen, to notice a change
-        self._listed_names: tuple[str, ...] = ()
-        self._listening: dict[Event, list] = {}
-        self._callbacks_listed: list = []
-        self._callbacks_listening: dict[Event, list] = {event: [] for event in Event}
-        self._watcher = FieldWatcher(state)
+        self.check_writes = os.environ.get(CHECK_WRITES_VARIABLE, "") == "1" if check_writes is None else check_writes
+        self.model_hooks = ModelHooks()
+        """The PyTorch hooks change detection reads, installed by :meth:`running`."""
+        self._algorithms = Listeners(lambda a: [e for e in Event if a.listens(e)], self.trace.label)
+        self._callbacks = Listeners(listened_events, self.trace.label)
+        self._watcher: Optional[FieldWatcher] = self._new_watcher()
         self.closed = False
         """Whether :meth:`close` ran: the engine then runs no more events."""
         self.event: Optional[Event] = None
         """The event being run, or the last one run."""
-        if algorithm_passes is None:
-            algorithm_passes = []
-        elif not isinstance(algorithm_passes, (list, tuple)) or _is_indexed(algorithm_passes):
-            algorithm_passes = [algorithm_passes]  # one pass: f or (f, index)
-        for spec in algorithm_passes:
-            if callable(spec):
-                self.register_pass(spec)
-            elif _is_indexed(spec):
-                self.register_pass(*spec)
-            else:
-                raise TypeError(f"algorithm_passes: cannot read {spec!r}; give a pass function f (the function, "
-                                f"not its name), or (f, index) to insert it at a position, or a list of those")
+        for algorithm_pass, index in _pass_specs(algorithm_passes):
+            self.register_pass(algorithm_pass, index)
+
+    def _new_watcher(self) -> FieldWatcher:
+        return (CheckedWatcher if self.check_writes else FieldWatcher)(self.state, self.model_hooks)
 
     # -- passes -------------------------------------------------------------------------------
     @property
@@ -143,10 +166,10 @@ class Engine:
              assume_matched: bool = False) -> list[Algorithm]:
         """The algorithms that would run at ``event`` now, in order; nothing is applied.
 
-        ``algorithms`` defaults to ``state.algorithms``; they are asked ``match`` on the
-        current state, as ``run_event`` would, unless ``assume_matched`` (then all of them
-        go through the passes: the order they would run in if they all matched)."""
-        return self.plan_steps(event, algorithms, assume_matched)[-1][1]
+        ``algorithms`` defaults to ``state.algorithms``; those that listen at ``event`` are
+        asked ``match`` on the current state, as ``run_event`` would, unless ``assume_matched``
+        (then all of them go through the passes: the order they would run in if they all matched)."""
+        return list(self.plan_steps(event, algorithms, assume_matched)[-1][1])
 
     def plan_steps(self, event: Union[Event, str], algorithms: Optional[Sequence[Algorithm]] = None,
                    assume_matched: bool = False) -> list[tuple[str, list[Algorithm]]]:
@@ -154,17 +177,26 @@ class Engine:
         its name and the order after it (``assume_matched``: as in :meth:`plan`)."""
         event = Event(event)
         algorithms = self.state.algorithms if algorithms is None else algorithms
-        matched = list(algorithms) if assume_matched else [
-            a for a in algorithms if listens(a, event) and a.match(event, self.state)]
+        matched = list(algorithms) if assume_matched else self._matching([a for a in algorithms if a.listens(event)],
+                                                                          event)
         steps = [("match", matched)]
         self._order(matched, event, steps)
         return steps
 
-    def _order(self, matched: Sequence[Algorithm], event: Event,
-               steps: Optional[list] = None) -> Sequence[Algorithm]:
-        """``matched`` through the passes (each result appended to ``steps`` if given): the one
-        way both the run and the plan order an event, also when nothing matched (a pass may
-        add an algorithm)."""
+    def _matching(self, listening: Sequence[Algorithm], event: Event) -> list[Algorithm]:
+        """The algorithms of ``listening`` whose ``match`` says yes at ``event``."""
+        matched, state = [], self.state
+        for algorithm in listening:  # a loop, not a comprehension: no frame when none listen
+            if algorithm.match(event, state):
+                matched.append(algorithm)
+        return matched
+
+    def _order(self, matched: Sequence[Algorithm], event: Event, steps: Optional[list] = None) -> Sequence[Algorithm]:
+        """``matched`` through the passes (each result appended to ``steps`` if given): the one way
+        both the run and the plan order an event, also when nothing matched (a pass may add an
+        algorithm). With order-only passes alone, fewer than two algorithms need no pass."""
+        if steps is None and len(matched) < 2 and self._keep_singletons:
+            return matched
         for p in self._passes:
             matched = p(matched, event)
             if not isinstance(matched, (list, tuple)):
@@ -176,112 +208,75 @@ class Engine:
 
     @contextmanager
     def running(self) -> Iterator["Engine"]:
-        """Install, for the duration, what change detection needs (PyTorch's process-wide module,
-        parameter and optimizer-step hooks) and remove it after. The trainer enters it around
-        fit, eval and predict; events run outside it are traced all the same, more slowly."""
-        with torch_hooks():
+        """Install, for the duration, what change detection needs (the engine's :class:`ModelHooks`:
+        PyTorch's process-wide module, parameter and optimizer-step hooks) and remove it after. The
+        trainer enters it around fit, eval and predict; events run outside it are traced all the
+        same, more slowly."""
+        with self.model_hooks.installed():
             yield self
 
     # -- running ------------------------------------------------------------------------------
-    # The hot path: written flat, with no allocation or call an event does not need (it runs
-    # about 13 times per training step); rows go straight into the trace's lists.
+    # The hot path (about 13 events per training step): no allocation or call an event does not need.
     def run_event(self, event: Union[Event, str]) -> Mapping[str, AlgorithmTrace]:
-        """Run the algorithms and callbacks of ``event``, record them in the trace, and return
-        the :class:`Traces` of the algorithms that ran (``{}`` if none)."""
+        """Run ``event``: match, order, apply, then record it in the trace; the :class:`Traces` of
+        the algorithms that ran (``{}`` if none)."""
         if type(event) is not Event:
             event = Event(event)
         if self.closed:
             raise RuntimeError(f"the engine was closed, so it cannot run {event.value}; build a new Trainer "
                                f"(or Engine) to train again")
-        state, trace = self.state, self.trace
-        self.event = event
-        self.logger.phase = _PHASE[event]
+        trace = self.trace
+        self.event, self.logger.phase = event, _PHASE[event]
         trace.seq = seq = trace.seq + 1
-        asked = None  # the algorithms asked here, when the trace keeps the ones that said no
-        traces: Mapping[str, AlgorithmTrace] = {}
-        t0 = _now()
+        asked, traces, t0 = None, {}, _now()
         try:
             if event is _INIT:
                 self._run_callbacks(event, seq)  # on INIT, callbacks first
-            algorithms = state.algorithms
-            if algorithms:
-                if _edited(algorithms, self._listed):
-                    self._list_algorithms(algorithms)  # a new list, or this one edited in place
-                matched = []
-                for algorithm in self._listening[event]:  # a loop, not a comprehension: no frame when none listen
-                    if algorithm.match(event, state):
-                        matched.append(algorithm)
-                if len(matched) < len(algorithms) and trace.records_unmatched:
-                    asked = self._listed_names
-                if len(matched) > 1 or not self._keep_singletons:
-                    matched = self._order(matched, event)  # (order-only passes cannot change 0 or 1)
-                if matched:
-                    codes = self._invoke_all(matched, "algorithm", "apply", event, seq)
-                    traces = Traces(trace.label, matched, codes, event)
-            if state.callbacks and event is not _INIT:
+            listening = self._listening(event)
+            matched = self._matching(listening, event) if listening else []
+            if len(matched) < len(listening) and trace.records_unmatched:
+                asked = self._algorithms.labels[event]  # the trace works out who said no when read
+            ordered = self._order(matched, event)
+            if ordered:
+                traces = Traces(trace.label, ordered, self._call_all(ordered, "algorithm", "apply", event, seq), event)
+            if event is not _INIT:
                 self._run_callbacks(event, seq)
         finally:
             if trace.recording:
-                ts = state.timestamp
-                rows = trace.event_rows
-                rows.append(  # an EventRecord's fields, as a plain tuple (see Trace)
-                    (seq, event._value_, ts.epoch, ts.batch, ts.batch_in_epoch, state.microbatch, t0, _now(), asked))
-                if len(rows) >= trace.chunk_rows:
-                    trace.spill()  # a full chunk of rows goes to parquet: the trace's memory stays bounded
+                trace.record_event(seq, event, self.state, t0, asked)
         return traces
 
-    def _list_algorithms(self, algorithms: list) -> None:
-        """Note a new or edited algorithms list: name its instances in list order ('LabelSmoothing',
-        'LabelSmoothing#2'), not run order, and keep, for each event, the algorithms whose
-        ``events`` admit it (the only ones asked ``match`` there)."""
-        self._listed_names = tuple([self.trace.label(algo) for algo in algorithms])
-        self._listening = {event: [a for a in algorithms if listens(a, event)] for event in Event}
-        self._listed = list(algorithms)
+    def _listening(self, event: Event) -> list:
+        """The algorithms that listen at ``event`` (the only ones asked ``match`` there)."""
+        algorithms = self.state.algorithms
+        if not algorithms:
+            return algorithms
+        self._algorithms.update(algorithms)
+        return self._algorithms.at[event]
 
     def _run_callbacks(self, event: Event, seq: int) -> None:
         callbacks = self.state.callbacks
-        if _edited(callbacks, self._callbacks_listed):  # as for algorithms: each event's listeners, kept
-            self._callbacks_listed = list(callbacks)
-            events = [listened_events(cb) for cb in callbacks]
-            self._callbacks_listening = {e: [cb for cb, on in zip(callbacks, events) if e in on] for e in Event}
-        listening = self._callbacks_listening[event]
-        if listening:
-            self._invoke_all(listening, "callback", "run_event", event, seq)
+        if callbacks:
+            self._callbacks.update(callbacks)
+            listening = self._callbacks.at[event]
+            if listening:
+                self._call_all(listening, "callback", "run_event", event, seq)
 
-    def _invoke_all(self, objs: Sequence[Any], kind: str, method: str, event: Event, seq: int) -> list:
+    def _call_all(self, objs: Sequence[Any], kind: str, method: str, event: Event, seq: int) -> list:
         """Call ``method`` of each of ``objs`` in order and return what each returned; with the
-        trace on, record each with its duration, exit code, error and the State fields it
-        changed (the watcher compares each call with the state the previous one left, and the
-        model only around calls whose ``writes`` may include it). A call may fire an event (as
-        Composer allows): the calls of that one are watched by a watcher of their own, and the
-        calling one's changed fields include theirs."""
-        state, trace, logger = self.state, self.trace, self.logger
-        codes: list = []
-        if not trace.recording:
-            for obj in objs:
-                codes.append(getattr(obj, method)(event, state, logger))
-            return codes
-        watcher = self._watcher or FieldWatcher(state)  # (None: an event fired from a call, which has its own)
-        self._watcher, rows, value, batch = None, trace.invocation_rows, event._value_, state.timestamp.batch
+        trace on, record each call (:func:`_call_recorded`)."""
+        state, logger = self.state, self.logger
+        if not self.trace.recording:
+            return [getattr(obj, method)(event, state, logger) for obj in objs]
+        watcher = self._watcher or self._new_watcher()  # (None: an event fired from a call, which has its own)
+        self._watcher = None
         watcher.watch(event)
-        for order, obj in enumerate(objs):
-            name = trace.label(obj)
-            call = getattr(obj, method)
-            watcher.before(obj)
-            t0 = _now()
-            try:
-                exit_code = call(event, state, logger)
-            except BaseException as err:
-                duration = _now() - t0
-                rows.append((seq, value, batch, name, kind, order, None, duration,  # InvocationRecord's
-                             watcher.changed(), f"{type(err).__name__}: {err}"))
-                raise
-            duration = _now() - t0
-            rows.append((seq, value, batch, name, kind, order, exit_code, duration, watcher.changed(), None))
-            codes.append(exit_code)
-        watcher.release()
-        self._watcher = watcher
-        return codes
+        try:
+            return [_call_recorded(self.trace, watcher, obj, kind, method, order, event, seq, state, logger)
+                    for order, obj in enumerate(objs)]
+        finally:
+            watcher.release()  # (also when a call raised: the last traceback holds no loss or graph)
+            self._watcher = watcher
 
     # -- lifecycle ----------------------------------------------------------------------------
     def close(self) -> None:
@@ -307,10 +302,38 @@ class Engine:
             raise errors[0]
 
 
-def _edited(current: Sequence[Any], seen: Sequence[Any]) -> bool:
-    """Whether ``current`` holds other objects than ``seen``, compared by identity: an equal
-    instance (a dataclass with the same fields) swapped in is another algorithm."""
-    return len(current) != len(seen) or any(map(is_not, current, seen))
+def _call_recorded(trace: Trace, watcher: FieldWatcher, obj: Any, kind: str, method: str, order: int,
+                   event: Event, seq: int, state: State, logger: Logger) -> Any:
+    """Call ``obj``'s ``method`` and record it: its duration, exit code, error and the State
+    fields it changed (the watcher compares it with the state the previous call left; a call may
+    fire an event, as Composer allows, whose calls have a watcher of their own)."""
+    watcher.before(obj)
+    error, t0 = None, _now()
+    try:
+        exit_code = getattr(obj, method)(event, state, logger)
+    except BaseException as err:
+        exit_code, error = None, err
+    duration = _now() - t0
+    trace.add_call((seq, event._value_, state.timestamp.batch, trace.label(obj), kind, order, exit_code, duration,
+                    watcher.changed(), None if error is None else f"{type(error).__name__}: {error}"))
+    if error is not None:
+        raise error
+    return exit_code
+
+
+def _pass_specs(specs: Optional[PassSpec]) -> list[tuple[AlgorithmPass, int]]:
+    """``algorithm_passes`` as ``(pass, index)`` pairs: ``f``, ``[f]``, ``(f, index)`` or a list of those."""
+    if specs is None:
+        return []
+    if not isinstance(specs, (list, tuple)) or _is_indexed(specs):
+        specs = [specs]  # one pass: f or (f, index)
+    pairs = []
+    for spec in specs:
+        if not (callable(spec) or _is_indexed(spec)):
+            raise TypeError(f"algorithm_passes: cannot read {spec!r}; give a pass function f (the function, "
+                            f"not its name), or (f, index) to insert it at a position, or a list of those")
+        pairs.append(spec if _is_indexed(spec) else (spec, -1))
+    return pairs
 
 
 def _is_indexed(item: Any) -> bool:

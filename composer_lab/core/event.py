@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 from enum import Enum
+from typing import Optional
 
 __all__ = ["Event"]
 
@@ -95,6 +96,13 @@ class Event(str, Enum):
         return "after_" in self.value or self.value.endswith("_end")
 
     @property
+    def opening(self) -> Optional["Event"]:
+        """The before-event this after-event closes (``AFTER_LOSS`` -> ``BEFORE_LOSS``,
+        ``EVAL_AFTER_FORWARD`` -> ``EVAL_BEFORE_FORWARD``), or None: the pairing FILO reverses
+        and the commutation check replays."""
+        return _OPENING.get(self)
+
+    @property
     def canonical_name(self) -> str:
         """The name without before/after/start/end markers: ``EPOCH_START`` and ``EPOCH_END`` give 'epoch'."""
         name = self.value
@@ -119,3 +127,4 @@ class Event(str, Enum):
 
 
 _PHASE = {e: "eval" if e.is_eval else "predict" if e.is_predict else "fit" for e in Event}
+_OPENING = {e: Event(e.value.replace("after_", "before_", 1)) for e in Event if "after_" in e.value}

@@ -58,7 +58,7 @@ def sort_to_back(list_to_sort: Sequence[T], cls: _Key) -> list[T]:
     return [x for x in list_to_sort if not pred(x)] + [x for x in list_to_sort if pred(x)]
 
 
-_FILO_EVENTS = frozenset(e for e in Event if "after_" in e.value)
+_FILO_EVENTS = frozenset(e for e in Event if e.opening is not None)
 
 
 def is_filo_reversed(event: Event) -> bool:

@@ -18,40 +18,117 @@ import time
 from pathlib import Path
 from collections import namedtuple
 from operator import itemgetter
-from typing import Any, Optional, Union
+from typing import Any, Callable, NamedTuple, Optional, Union
 
 import numpy as np
 import pandas as pd
 
 from composer_lab import tables
-from composer_lab.tables import Bounds, read_parquet, write_parquet
+from composer_lab.tables import Bounds
+from composer_lab.core.callback import INTERNAL_PREFIX
 from composer_lab.core.event import _PHASE, Event
 
-__all__ = ["Trace", "TRACE_LEVELS", "EVENT_COLUMNS", "INVOCATION_COLUMNS", "NOTE_COLUMNS",
-           "EventRecord", "InvocationRecord", "NoteRecord", "write_parquet", "read_parquet"]
+__all__ = ["Trace", "TRACE_LEVELS", "Column", "EVENT_SCHEMA", "INVOCATION_SCHEMA", "NOTE_SCHEMA", "EVENT_COLUMNS",
+           "INVOCATION_COLUMNS", "NOTE_COLUMNS", "EventRecord", "InvocationRecord", "NoteRecord", "write_parquet",
+           "read_parquet"]
 
 
-class EventRecord(namedtuple("EventRecord", "seq event epoch batch batch_in_epoch microbatch t_start t_end asked")):
-    """One fired event, as the engine records it: ``event`` is the Event's value, ``t_start`` and
-    ``t_end`` perf_counter readings; ``asked``, at level 'all', the labels of the algorithms
-    listening at this event (those without an invocation at ``seq`` did not match: worked out
-    when spilled or read, so the run pays nothing more), else None."""
+class Column(NamedTuple):
+    """One column of a trace table, the only place it is described. ``dtype``: its pandas dtype in
+    the frame (None: not in the frame); ``stored``: its type in a parquet chunk, a name of
+    :mod:`composer_lab.tables`' types (None: not stored); ``recorded``: whether the engine's row
+    holds it (in the schema's order); ``encode`` / ``decode``: how its recorded values are
+    written to a chunk and read back (None: as they are)."""
+
+    name: str
+    dtype: Any = None
+    stored: Optional[str] = None
+    recorded: bool = True
+    encode: Optional[Callable[[list], list]] = None
+    decode: Optional[Callable[[Any], Any]] = None
+
+
+def _from_json(text: Any) -> Any:
+    return json.loads(text) if isinstance(text, str) else None
+
+
+def _field_names(fields: Any) -> tuple:
+    if isinstance(fields, str):
+        raise ValueError("these trace frames were written by an older composer_lab ('changed' as text); "
+                         "run the experiment again with this version")
+    return () if isinstance(fields, float) or fields is None else tuple(fields)
+
+
+_EVENT_DTYPE = pd.CategoricalDtype([e.value for e in Event], ordered=False)
+_PHASE_DTYPE = pd.CategoricalDtype(["fit", "eval", "predict"])
+_KIND_DTYPE = pd.CategoricalDtype(["algorithm", "callback"])
+
+EVENT_SCHEMA = (
+    Column("seq", "int64", "int64"),
+    Column("phase", _PHASE_DTYPE, recorded=False),  # (the event's, when read)
+    Column("event", _EVENT_DTYPE, "category"),  # (recorded as the Event's value)
+    Column("epoch", "int64", "int64"),
+    Column("batch", "int64", "int64"),
+    Column("batch_in_epoch", "int64", "int64"),
+    Column("microbatch", "Int64", "Int64"),
+    Column("t_start", "float64", "float64"),  # (recorded: perf_counter; stored: seconds since the trace began)
+    Column("t_end"),  # (perf_counter)
+    Column("duration", "float64", "float64", recorded=False),
+    Column("asked"),  # (level 'all': the labels of the algorithms asked match, else None)
+    Column("unmatched", stored="string", recorded=False),  # (those asked without a call, space-separated)
+)
+"""One row per fired event."""
+
+INVOCATION_SCHEMA = (
+    Column("seq", "int64", "int64"),
+    Column("event", _EVENT_DTYPE, "category"),
+    Column("batch", "int64", "int64"),
+    Column("name", "category", "category"),  # (the trace's label of the instance)
+    Column("cls", "category", recorded=False),
+    Column("kind", _KIND_DTYPE, "category"),
+    Column("matched", "bool", recorded=False),  # (False: asked, said no; only at level 'all')
+    Column("order", "Int64", "Int64"),
+    Column("exit_code", "object", "object", encode=tables.to_json, decode=_from_json),  # (what the call returned)
+    Column("duration", "float64", "float64"),
+    Column("changed", "object", "strings", decode=_field_names),  # (a tuple of TRACKED_FIELDS)
+    Column("error", "string", "string"),  # ('Type: message' if it raised)
+    Column("epoch", stored="int64", recorded=False),  # (its event's: both tables filter on it)
+)
+"""One row per algorithm or callback call: in chunks only the calls that ran; the algorithms
+that said no are worked out from their event's ``unmatched`` when read."""
+
+NOTE_SCHEMA = (Column("seq", "int64"), Column("epoch", "Int64"), Column("batch", "Int64"), Column("kind", "string"),
+               Column("text", "string"))
+"""Something that is not an event, tied to the last event fired."""
+
+_SCHEMAS = {"events": EVENT_SCHEMA, "invocations": INVOCATION_SCHEMA, "notes": NOTE_SCHEMA}
+_DTYPES = {table: {c.name: c.dtype for c in schema if c.dtype is not None} for table, schema in _SCHEMAS.items()}
+"""Each frame's columns, in order, and their dtypes (``name``'s categories are the trace's labels)."""
+_STORED = {table: {c.name: c.stored for c in _SCHEMAS[table] if c.stored} for table in ("events", "invocations")}
+"""The columns of a chunk and their types."""
+EVENT_COLUMNS, INVOCATION_COLUMNS, NOTE_COLUMNS = (tuple(columns) for columns in _DTYPES.values())
+_KEYS = dict.fromkeys(_STORED, ("seq", "batch", "epoch"))
+"""The columns whose range each chunk notes, to skip the chunks a query cannot need."""
+
+
+def _recorded(schema: tuple) -> list[str]:
+    return [c.name for c in schema if c.recorded]
+
+
+class EventRecord(namedtuple("EventRecord", _recorded(EVENT_SCHEMA))):
+    """An event's row as the engine records it (:data:`EVENT_SCHEMA`), read by name."""
 
     __slots__ = ()
 
 
-class InvocationRecord(namedtuple("InvocationRecord",
-                                  "seq event batch name kind order exit_code duration changed error")):
-    """One algorithm or callback call: ``name`` its trace label, ``kind`` 'algorithm' or
-    'callback', ``exit_code`` what it returned (as returned), ``changed`` a tuple of the State
-    fields it changed, ``error`` 'Type: message' if it raised."""
+class InvocationRecord(namedtuple("InvocationRecord", _recorded(INVOCATION_SCHEMA))):
+    """A call's row as the engine records it (:data:`INVOCATION_SCHEMA`), read by name."""
 
     __slots__ = ()
 
 
-class NoteRecord(namedtuple("NoteRecord", "seq epoch batch kind text")):
-    """Something that is not an event (a setting changed from a widget, a resume), tied to the
-    last event fired (``seq``)."""
+class NoteRecord(namedtuple("NoteRecord", _recorded(NOTE_SCHEMA))):
+    """A note's row (:data:`NOTE_SCHEMA`)."""
 
     __slots__ = ()
 
@@ -64,29 +141,7 @@ TRACE_LEVELS = ("all", "ran", "off")
 calls that ran; 'off': nothing."""
 
 _PHASE_OF = {e.value: phase for e, phase in _PHASE.items()}
-_EVENT_DTYPE = pd.CategoricalDtype([e.value for e in Event], ordered=False)
-_PHASE_DTYPE = pd.CategoricalDtype(["fit", "eval", "predict"])
-_KIND_DTYPE = pd.CategoricalDtype(["algorithm", "callback"])
-_DTYPES = {
-    "events": {"seq": "int64", "phase": _PHASE_DTYPE, "event": _EVENT_DTYPE, "epoch": "int64", "batch": "int64",
-               "batch_in_epoch": "int64", "microbatch": "Int64", "t_start": "float64", "duration": "float64"},
-    "invocations": {"seq": "int64", "event": _EVENT_DTYPE, "batch": "int64", "name": "category",
-                    "cls": "category", "kind": _KIND_DTYPE, "matched": "bool", "order": "Int64",
-                    "exit_code": "object", "duration": "float64", "changed": "object", "error": "string"},
-    "notes": {"seq": "int64", "epoch": "Int64", "batch": "Int64", "kind": "string", "text": "string"},
-}
-"""Each frame's columns, in order, and their dtypes (``name``'s categories are the trace's labels)."""
-
-EVENT_COLUMNS, INVOCATION_COLUMNS, NOTE_COLUMNS = (tuple(columns) for columns in _DTYPES.values())
-_STORED = {table: {col: "strings" if col == "changed" else str(dtype) for col, dtype in _DTYPES[table].items()
-                   if col not in ("phase", "cls", "matched")} for table in ("events", "invocations")}
-_STORED["events"]["unmatched"], _STORED["invocations"]["epoch"] = "string", "int64"
-"""The columns of a chunk, as the frames' without those worked out when read (``phase``, ``cls``,
-``matched``): only calls that ran are rows, and an event's ``unmatched`` holds the labels,
-space-separated, of the algorithms that did not match there (level 'all'); calls carry their
-event's ``epoch``, so both tables filter on it; exit codes are JSON text."""
-_KEYS = dict.fromkeys(_STORED, ("seq", "batch", "epoch"))
-"""The columns whose range each chunk notes, to skip the chunks a query cannot need."""
+_now = time.perf_counter
 
 
 class Trace:
@@ -103,6 +158,8 @@ class Trace:
         self.level, self.chunk_rows, self.seq, self._t0 = level, chunk_rows, -1, time.perf_counter()
         self.recording, self.records_unmatched = level != "off", level == "all"  # (plain: read at every event)
         self.event_rows, self.invocation_rows, self._notes = [], [], []  # lists of plain tuples (see below)
+        self.add_call = self.invocation_rows.append
+        """Record a call's row: an :class:`InvocationRecord`'s fields as a plain tuple."""
         self._store, self._tail = tables.ChunkStore(folder, _KEYS), (None, {})  # (the rows in memory as columns)
         self._labels, self._label_counts, self._classes = {}, {}, {}  # id -> (obj, label), cls -> count, label -> cls
         self._cache: dict[str, tuple[tuple, pd.DataFrame]] = {}
@@ -115,24 +172,31 @@ class Trace:
         for further instances of the same class, in the order they were first seen."""
         entry = self._labels.get(id(obj))
         if entry is None:
-            cls = type(obj).__name__
+            cls = (INTERNAL_PREFIX if getattr(obj, "_internal", False) is True else "") + type(obj).__name__
             count = self._label_counts[cls] = self._label_counts.get(cls, 0) + 1
             entry = self._labels[id(obj)] = (obj, cls if count == 1 else f"{cls}#{count}")
             self._classes[entry[1]] = cls
         return entry[1]
 
-    # -- rows (appended by the engine) -------------------------------------------------------
-    # The engine appends rows to event_rows and invocation_rows directly (a method call per row
-    # would cost more than the row), as plain tuples in the field order of EventRecord and
-    # InvocationRecord: the garbage collector stops tracking a plain tuple of numbers and strings,
-    # not a tuple subclass, and a long trace of tracked rows made every collection, so every
-    # row, about ten times slower. Read them as records by name: EventRecord._make(row). Every
-    # chunk_rows events the engine calls spill(), which writes them to parquet and empties the lists.
+    # -- rows (recorded by the engine) ---------------------------------------------------------
+    # Rows are plain tuples in the order of the schema's recorded columns: the garbage collector
+    # stops tracking a plain tuple of numbers and strings, not a tuple subclass, and a long trace
+    # of tracked rows made every collection, so every row, about ten times slower. Read them by
+    # name: EventRecord._make(row). add_call is the call list's own append (a Python method per
+    # call would cost more than the row).
+    def record_event(self, seq: int, event: Event, state: Any, t_start: float, asked: Optional[tuple]) -> None:
+        """Record ``event``'s row (its calls are recorded already) and spill a full chunk."""
+        ts, rows = state.timestamp, self.event_rows
+        rows.append((seq, event._value_, ts.epoch, ts.batch, ts.batch_in_epoch, state.microbatch, t_start, _now(),
+                     asked))
+        if len(rows) >= self.chunk_rows:
+            self.spill()  # a full chunk of rows goes to parquet: the trace's memory stays bounded
+
     def note(self, kind: str, text: str, timestamp: Any = None) -> None:
         """Record something that is not an event: a setting changed from a widget, an
         interruption, a resumed checkpoint. It is tied to the last event fired."""
         epoch, batch = (timestamp.epoch, timestamp.batch) if timestamp is not None else (None, None)
-        self._notes.append((self.seq, epoch, batch, kind, text))
+        self._notes.append((self.seq, epoch, batch, kind, text))  # (a NoteRecord's fields)
 
     def spill(self) -> None:
         """Write the rows of the events that finished as one parquet chunk per table and empty the
@@ -212,7 +276,7 @@ class Trace:
         calls = pd.concat([ran, missed], ignore_index=True).reindex(columns=[*_STORED["invocations"], "_at"])
         calls = calls.sort_values(["seq", "order", "_at"], kind="stable")  # within an event: what ran, then what not
         ran = calls["order"].notna()
-        calls = tables.decoded(calls).assign(cls=calls["name"].map(self._classes), matched=ran,
+        calls = _decoded(calls, INVOCATION_SCHEMA).assign(cls=calls["name"].map(self._classes), matched=ran,
                                              kind=np.where(ran, calls["kind"], "algorithm"))
         dtypes = {**_DTYPES["invocations"], "name": pd.CategoricalDtype(list(self._classes)),
                   "cls": pd.CategoricalDtype(sorted(set(self._classes.values())))}
@@ -287,12 +351,44 @@ class Trace:
 
 
 def _stored(events: list, calls: list, t0: float) -> dict[str, Any]:
-    """Rows of the engine as arrow tables laid out as the chunks; an event's ``asked`` becomes
-    ``unmatched``, the labels of those asked without a call at its seq."""
-    ev, cl = tables.columns(events, 9), tables.columns(calls, 10)
-    t_start = np.asarray(ev[6], dtype=float)
-    missed = tables.absent(ev[0], ev[8], cl[0], cl[3])  # (a callback is never asked: its calls are no answer)
-    epoch = list(map(dict(zip(ev[0], ev[2])).get, cl[0]))  # (None for a call whose event is still running)
-    return {"events": tables.to_table([*ev[:6], t_start - t0, np.asarray(ev[7], dtype=float) - t_start, missed],
-                                      _STORED["events"]),
-            "invocations": tables.to_table([*cl[:6], tables.to_json(cl[6]), *cl[7:], epoch], _STORED["invocations"])}
+    """Rows of the engine as arrow tables laid out as the chunks: times from the trace's start,
+    an event's ``asked`` as ``unmatched`` (the labels asked without a call at its seq; a callback
+    is never asked, so its calls are no answer), each call with its event's ``epoch`` (None while
+    that event still runs)."""
+    ev, cl = _columns(events, EVENT_SCHEMA), _columns(calls, INVOCATION_SCHEMA)
+    t_start = np.asarray(ev["t_start"], dtype=float)
+    ev.update(t_start=t_start - t0, duration=np.asarray(ev["t_end"], dtype=float) - t_start,
+              unmatched=tables.absent(ev["seq"], ev["asked"], cl["seq"], cl["name"]))
+    cl["epoch"] = list(map(dict(zip(ev["seq"], ev["epoch"])).get, cl["seq"]))
+    return {table: tables.to_table([columns[name] for name in _STORED[table]], _STORED[table])
+            for table, columns in (("events", ev), ("invocations", cl))}
+
+
+def _columns(rows: list, schema: tuple) -> dict[str, Any]:
+    """The recorded ``rows`` as columns by name, each encoded as its chunk stores it."""
+    columns = dict(zip(_recorded(schema), tables.columns(rows, len(_recorded(schema)))))
+    return {c.name: c.encode(columns[c.name]) if c.encode else columns[c.name] for c in schema if c.recorded}
+
+
+def _decoded(frame: pd.DataFrame, schema: tuple = INVOCATION_SCHEMA) -> pd.DataFrame:
+    """``frame`` with each column the schema decodes (``exit_code`` JSON text, ``changed``
+    lists) read back as the values recorded."""
+    for c in schema:
+        if c.decode is not None and c.name in frame.columns:
+            frame[c.name] = pd.Series([c.decode(value) for value in frame[c.name]], index=frame.index, dtype=object)
+    return frame
+
+
+def write_parquet(frame: pd.DataFrame, target: Any) -> None:
+    """Write a trace frame (or any frame) to parquet, ``target`` a path or a binary file, each
+    column the schema encodes as its chunks store it (``exit_code`` as JSON text, so whatever
+    ``apply`` returned can be written; ``changed`` a native list column). :func:`read_parquet`
+    reads it back."""
+    encoded = {c.name: pd.Series(c.encode(frame[c.name]), index=frame.index, dtype="string")
+               for c in INVOCATION_SCHEMA if c.encode is not None and c.name in frame.columns}
+    frame.assign(**encoded).to_parquet(target, index=False)
+
+
+def read_parquet(source: Any) -> pd.DataFrame:
+    """Read what :func:`write_parquet` wrote, its columns decoded."""
+    return _decoded(pd.read_parquet(source))

@@ -11,7 +11,6 @@ from torch.optim import optimizer as optimizer_hooks
 from torch.utils.data import DataLoader, TensorDataset
 
 from composer_lab import Algorithm, Callback, Engine, Event, State, Trainer
-from composer_lab.core import changes
 
 
 def global_hooks() -> tuple[int, int, int]:
@@ -82,13 +81,13 @@ def test_hooks_are_installed_during_fit_and_eval_and_removed_after():
 def test_a_users_modules_and_optimizers_outside_a_run_are_untouched():
     trainer = Trainer(torch.nn.Linear(4, 2), loader(), "1ep", loss_fn=F.cross_entropy, progress_bar=False)
     trainer.fit()
-    hooks = changes._hooks
+    hooks = trainer.engine.model_hooks.fired
     mine = torch.nn.Sequential(torch.nn.Linear(3, 3))
     mine.add_module("extra", torch.nn.ReLU())
     optimizer = torch.optim.SGD(mine.parameters(), lr=0.1)
     mine(torch.ones(1, 3)).sum().backward()
     optimizer.step()
-    assert changes._hooks == hooks  # nothing of ours ran
+    assert trainer.engine.model_hooks.fired == hooks  # nothing of ours ran
 
 
 class Surgery(Algorithm):

@@ -167,12 +167,26 @@ def test_an_optimizer_step_inside_a_call_is_a_model_change(state):
     assert ran == {"StepInside": ("model",), "Recorder": ()}  # (the call after it sees the new weights as given)
 
 
+def asked_everywhere_matching_init() -> Recorder:
+    """Listens at every event (asked ``match`` everywhere), says yes at INIT only."""
+    recorder = Recorder("r", ALL, [])
+    recorder.match = lambda event, state: event is Event.INIT
+    return recorder
+
+
 def test_level_all_records_match_calls_that_said_no(state):
-    state.algorithms = [Smooth(), Recorder("r", [Event.INIT], [])]
+    state.algorithms = [Smooth(), asked_everywhere_matching_init()]
     inv = run(state, [Event.BEFORE_LOSS, Event.INIT]).invocations
     assert list(zip(inv.seq, inv.name, inv.matched)) == [
         (0, "Smooth", True), (0, "Recorder", False), (1, "Recorder", True), (1, "Smooth", False)]
     assert inv[~inv.matched].order.isna().all()
+
+
+def test_an_algorithm_not_listening_at_an_event_is_not_recorded_as_said_no(state):
+    """Only algorithms asked ``match`` appear with matched=False (issue 32)."""
+    state.algorithms = [Smooth(), Recorder("r", [Event.INIT], [])]
+    inv = run(state, [Event.BEFORE_LOSS, Event.INIT]).invocations
+    assert list(zip(inv.seq, inv.name, inv.matched)) == [(0, "Smooth", True), (1, "Recorder", True), (1, "Smooth", False)]
 
 
 def test_level_ran_and_off(state):
