@@ -28,8 +28,17 @@ class TimeUnit(str, Enum):
                          f"'sp' (samples) or 'dur' (fraction of the run), e.g. Time(3, 'ep')")
 
 
-_TIMESTRING = re.compile(r"^(\d+(?:\.\d+)?)(ep|ba|sp|dur)$")
+_UNITS = frozenset(unit.value for unit in TimeUnit)
+_TIMESTRING = re.compile(r"^(\d+(?:\.\d+)?)([a-z]+)$")
 _EXAMPLES = "'3ep', '120ba', '4096sp' or '0.5dur'"
+_UNSUPPORTED_UNITS = {
+    "sec": "wall-clock durations would make a run's length depend on the machine's speed, so runs could not be "
+           "compared or repeated; give batches (e.g. '600ba'), or stop from a callback with state.stop_training() "
+           "once state.timestamp.total_wct passes the time you want",
+    "tok": "composer_lab does not count tokens; give batches or samples (a sample is a sequence), e.g. '600ba'",
+    "iter": "composer_lab has no iterations apart from epochs; give epochs, e.g. '3ep'",
+}
+"""Composer's units that composer_lab refuses, with why and what to give instead."""
 
 
 @total_ordering
@@ -80,7 +89,8 @@ class Time:
 
     @classmethod
     def from_timestring(cls, text: str) -> "Time":
-        """Parse '3ep', '120ba', '4096sp' or '0.5dur'."""
+        """Parse '3ep', '120ba', '4096sp' or '0.5dur'; as in Composer, a whole number may be
+        written with decimals ('2.0ep', '3.000ba')."""
         if not isinstance(text, str):
             raise TypeError(f"a duration is a string such as {_EXAMPLES}, got {type(text).__name__} {text!r}")
         match = _TIMESTRING.match(text.strip())
@@ -88,10 +98,17 @@ class Time:
             raise ValueError(f"cannot read the duration {text!r}: write a number followed by one of the "
                              f"units ep, ba, sp, dur with no space, e.g. {_EXAMPLES}")
         number, unit = match.groups()
-        if unit != "dur" and "." in number:
+        if unit in _UNSUPPORTED_UNITS:
+            raise ValueError(f"cannot read the duration {text!r}: '{unit}' is a unit of Composer's that "
+                             f"composer_lab does not take: {_UNSUPPORTED_UNITS[unit]}")
+        if unit not in _UNITS:
+            raise ValueError(f"cannot read the duration {text!r}: write a number followed by one of the "
+                             f"units ep, ba, sp, dur with no space, e.g. {_EXAMPLES}")
+        value = float(number)
+        if unit != "dur" and not value.is_integer():
             raise ValueError(f"cannot read the duration {text!r}: epochs, batches and samples are whole "
-                             f"numbers; write e.g. '{int(float(number)) or 1}{unit}'")
-        return cls(float(number) if unit == "dur" else int(number), TimeUnit(unit))
+                             f"numbers; write e.g. '{int(value) or 1}{unit}'")
+        return cls(value if unit == "dur" else int(value), TimeUnit(unit))
 
     def __str__(self) -> str:
         # Positional notation, so that the string parses back: 1e-05 is written 0.00001.

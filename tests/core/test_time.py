@@ -11,6 +11,7 @@ from composer_lab.core import State, Time, Timestamp, TimeUnit, ensure_time
 @pytest.mark.parametrize("text, value, unit", [
     ("3ep", 3, TimeUnit.EPOCH), ("120ba", 120, TimeUnit.BATCH), ("4096sp", 4096, TimeUnit.SAMPLE),
     ("0.5dur", 0.5, TimeUnit.DURATION), ("1dur", 1.0, TimeUnit.DURATION), ("0ba", 0, TimeUnit.BATCH),
+    ("2.0ep", 2, TimeUnit.EPOCH), ("3.000ba", 3, TimeUnit.BATCH), ("2.0sp", 2, TimeUnit.SAMPLE),  # Composer's
 ])
 def test_parse(text, value, unit):
     t = Time.from_timestring(text)
@@ -18,10 +19,22 @@ def test_parse(text, value, unit):
     assert Time.from_timestring(str(t)) == t
 
 
-@pytest.mark.parametrize("text", ["3 epochs", "-1ep", "", "1.5ba", "2.0sp", "ep", "3", "1.5dur", "3EP"])
+@pytest.mark.parametrize("text", ["3 epochs", "-1ep", "", "1.5ba", "2.01sp", "ep", "3", "1.5dur", "3EP", "3eps"])
 def test_bad_durations_are_value_errors_that_show_examples(text):
     with pytest.raises(ValueError, match=r"e\.g\. '\d"):
         Time.from_timestring(text)
+
+
+def test_whole_numbers_written_with_decimals_are_counts():
+    assert Time.from_timestring("2.0ep") == Time(2, "ep") and isinstance(Time.from_timestring("3.000ba").value, int)
+
+
+@pytest.mark.parametrize("text, unit, alternative", [("30sec", "sec", r"state\.stop_training\(\)"),
+                                                     ("512tok", "tok", "'600ba'"), ("10iter", "iter", "'3ep'")])
+def test_composers_other_units_are_refused_with_the_alternative(text, unit, alternative):
+    with pytest.raises(ValueError, match=rf"max_duration: .*'{unit}' is a unit of Composer's that composer_lab does "
+                                         rf"not take: .*{alternative}"):
+        ensure_time(text, "max_duration")
 
 
 def test_non_string_duration_is_a_type_error_naming_the_argument():
