@@ -11,7 +11,7 @@ zero-width interval; an interval cut at the metric's range is dashed.
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -91,7 +91,8 @@ def plot_ranking(ranking: pd.DataFrame, metric: str, confidence: float = 0.95) -
     return fig
 
 
-def _intervals(ax, y: np.ndarray, centre: pd.Series, low: pd.Series, high: pd.Series, colors, clipped: pd.Series) -> None:
+def _intervals(ax: Any, y: np.ndarray, centre: pd.Series, low: pd.Series, high: pd.Series, colors: Sequence[str],
+               clipped: pd.Series) -> None:
     """One point per row with its interval where the interval is defined; cut intervals dashed."""
     for yi, c, lo, hi, color, cut in zip(y, centre, low, high, colors, clipped):
         ax.plot([c], [yi], marker="o", color=color, linestyle="none")

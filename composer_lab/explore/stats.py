@@ -174,7 +174,8 @@ def compare(values: pd.DataFrame, higher_is_better: bool = True, reference: Opti
     if reference is None:
         reference = means.idxmax() if higher_is_better else means.idxmin()
     elif reference not in values.columns:
-        raise ValueError(f"reference {reference!r} is not one of the orders compared; give one of {list(values.columns)}")
+        raise ValueError(f"reference {reference!r} is not one of the orders compared; give one of "
+                         f"{list(values.columns)}")
     rows = []
     for order in values.columns:
         own = paired(values[order].to_numpy(), confidence)

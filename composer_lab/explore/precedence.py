@@ -1,0 +1,157 @@
+"""Which pairs' relative order matters: the metric fitted on pair precedences.
+
+Past a few algorithms a sweep cannot train every order, and an order's own mean over a few seeds
+says little. But an order is a set of pairwise precedences ("A runs before B at an event they
+share"), and most order effects are effects of one pair. :func:`precedence` fits, by least
+squares over every finished run,
+
+    metric = sum over pairs of effect[pair] * [first runs before second] + effect[seed]
+
+(one indicator per pair, a fixed effect per seed, since a seed's runs move together), and reports
+each pair's effect with its t-interval: the change of the metric when ``first`` runs before
+``second``, the other pairs held. Sampled orders estimate every pair at once; pairs the sampled
+orders cannot tell apart are said to be confounded, not given a number.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping, Optional, Sequence
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from composer_lab.explore.stats import holm
+
+__all__ = ["precedence", "PRECEDENCE_COLUMNS"]
+
+PRECEDENCE_COLUMNS = ["first", "second", "events", "effect", "ci_low", "ci_high", "p_value", "p_adjusted", "note"]
+"""A pair, the events where its order is read ('(reversed)': there ``second`` runs first when the
+indicator is 1), the effect of ``first`` running before ``second`` with its interval and p-value
+(raw and Holm-adjusted over the pairs estimated), and why a pair has no estimate."""
+
+_TOLERANCE = 1e-9
+
+
+@dataclass(eq=False)
+class _Term:
+    """One indicator: ``first`` before ``second`` at ``events[0]``, per order."""
+
+    first: str
+    second: str
+    events: list[str]
+    values: pd.Series
+
+
+def precedence(results: pd.DataFrame, plans: Mapping[str, Mapping[str, Sequence[str]]], metric: str,
+               names: Optional[Sequence[str]] = None, confidence: float = 0.95) -> pd.DataFrame:
+    """Each pair's precedence effect on ``metric``, fitted over ``results`` (columns ``order``,
+    ``seed``, ``metric``) with seed fixed effects (:data:`PRECEDENCE_COLUMNS`, smallest p first).
+
+    ``plans`` maps each order to what it runs: ``{event: [names in run order]}`` at the events
+    where the order is free (:meth:`~composer_lab.explore.orderings.Question.plans`). ``names``
+    orients each pair (``first`` is the earlier in ``names``; default: as they appear). A pair
+    run in one order by every order swept, or whose indicator the others' determine in the
+    orders swept (confounded), has no effect; its ``note`` says which."""
+    data = results[["order", "seed", metric]].dropna()
+    missing = sorted(set(data["order"]) - set(plans))
+    if missing:
+        raise ValueError(f"no plan for the orders {missing}: plans must say what each order of results runs "
+                         f"({{event: [names in run order]}}), e.g. question(algorithms).plans(positions)")
+    if data.empty:
+        raise ValueError(f"no finished run records {metric!r}: train the sweep first (run() or race())")
+    terms = _terms({order: plans[order] for order in dict.fromkeys(data["order"])}, names)
+    varying = [t for t in terms if t.values.nunique() > 1]
+    x = np.column_stack([[t.values[o] for o in data["order"]] for t in varying] +
+                        [(data["seed"] == s).to_numpy(float) for s in sorted(set(data["seed"]))])
+    estimates, dof = _least_squares(x, data[metric].to_numpy(float), len(varying), confidence)
+    rows = []
+    for term in terms:
+        row = {"first": term.first, "second": term.second, "events": "; ".join(term.events)}
+        if term in varying:
+            row.update(estimates[varying.index(term)])
+            partners = row.pop("confounded")
+            if partners:
+                others = ", ".join(f"{varying[i].first} before {varying[i].second}" for i in partners)
+                row["note"] = f"confounded with {others}: the orders swept cannot tell them apart; sample more orders"
+        else:
+            row.update(_estimate(note="runs in one order in every order swept"))
+        rows.append(row)
+    table = pd.DataFrame(rows, columns=PRECEDENCE_COLUMNS)
+    table["p_adjusted"] = holm(table["p_value"])
+    table = table.sort_values("p_value", kind="stable", na_position="last").reset_index(drop=True)
+    table.attrs.update(orders=int(data["order"].nunique()), runs=len(data), dof=dof)
+    return table
+
+
+def _terms(plans: Mapping[str, Mapping[str, Sequence[str]]], names: Optional[Sequence[str]]) -> list[_Term]:
+    """One indicator per pair and pattern: the events where a pair's order moves together (or
+    exactly reversed, as FILO reverses after-events) share one indicator."""
+    orders = list(plans)
+    if names is None:
+        names = list(dict.fromkeys(n for plan in plans.values() for run in plan.values() for n in run))
+    rank = {name: i for i, name in enumerate(names)}
+    events = list(dict.fromkeys(e for plan in plans.values() for e in plan))
+    terms: dict[tuple[str, str], list[_Term]] = {}
+    for event in events:
+        runs = {o: list(plans[o].get(event, ())) for o in orders}
+        present = set.intersection(*(set(r) for r in runs.values()))
+        for first, second in _pairs(sorted(present, key=lambda n: rank.get(n, len(rank)))):
+            values = pd.Series({o: float(r.index(first) < r.index(second)) for o, r in runs.items()})
+            _add(terms.setdefault((first, second), []), first, second, event, values)
+    return [term for pair in terms.values() for term in pair]
+
+
+def _add(pair: list[_Term], first: str, second: str, event: str, values: pd.Series) -> None:
+    """Add ``event`` to the pair's indicator it equals (or reverses), else start a new one."""
+    for term in pair:
+        if (term.values == values).all():
+            term.events.append(event)
+            return
+        if (term.values == 1 - values).all():
+            term.events.append(f"{event} (reversed)")
+            return
+    pair.append(_Term(first, second, [event], values))
+
+
+def _pairs(names: list[str]) -> list[tuple[str, str]]:
+    return [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
+
+
+def _least_squares(x: np.ndarray, y: np.ndarray, k: int, confidence: float) -> tuple[list[dict], int]:
+    """Estimates of the first ``k`` coefficients of ``y ~ x`` with their t-intervals, and the
+    residual degrees of freedom. A coefficient the design cannot identify (one with weight in
+    the null space of ``x``) gets no estimate and lists the coefficients it is confounded with."""
+    u, s, vt = np.linalg.svd(x, full_matrices=True)
+    rank = int((s > _TOLERANCE * s[0]).sum())
+    null = vt[rank:]
+    inverse = vt[:rank].T / s[:rank]
+    beta = inverse @ (u[:, :rank].T @ y)
+    dof = len(y) - rank
+    rss = float(((y - x @ beta) ** 2).sum())
+    exact = rss <= (_TOLERANCE * max(1.0, float(np.abs(y).max()))) ** 2 * len(y)
+    critical = float(stats.t.ppf(0.5 + confidence / 2, dof)) if dof > 0 else math.nan
+    estimates = []
+    for j in range(k):
+        partners = [i for i in range(k) if i != j and any(abs(v[j]) > 1e-6 and abs(v[i]) > 1e-6 for v in null)]
+        effect = float(beta[j])
+        if null.size and np.abs(null[:, j]).max() > 1e-6:
+            estimate = _estimate()
+        elif exact:
+            estimate = _estimate(effect, effect, effect, 0.0 if abs(effect) > _TOLERANCE else 1.0,
+                                 "exact fit (no residual spread)")
+        elif dof == 0:
+            estimate = _estimate(effect, note="no residual degrees of freedom: train more seeds")
+        else:
+            se = math.sqrt(rss / dof * float(inverse[j] @ inverse[j]))
+            estimate = _estimate(effect, effect - critical * se, effect + critical * se,
+                                 float(2 * stats.t.sf(abs(effect) / se, dof)))
+        estimates.append({**estimate, "confounded": partners})
+    return estimates, dof
+
+
+def _estimate(effect: float = math.nan, ci_low: float = math.nan, ci_high: float = math.nan,
+              p_value: float = math.nan, note: Optional[str] = None) -> dict:
+    return {"effect": effect, "ci_low": ci_low, "ci_high": ci_high, "p_value": p_value, "note": note}
