@@ -26,6 +26,7 @@ from composer_lab.explore.diff import INTERNAL_PREFIX
 from composer_lab.lab.interrupt import relay_interrupt
 from composer_lab.lab.live_plot import LivePlot, RedrawBudget
 from composer_lab.trainer.duration import reached_max_duration, total_batches
+from composer_lab.trainer.lifecycle import TrainerBusy
 
 __all__ = ["RunHandle", "RunMonitor", "RunPanel", "RunStopped"]
 
@@ -40,7 +41,9 @@ class RunHandle:
 
     ``pause_at``: pause when this many batches are done. ``on_done()`` runs in the thread
     when the run ends, before :meth:`wait` returns. A failure in the thread is re-raised by :meth:`wait` and by
-    awaiting the handle; a stop is not a failure (``stopped`` is True). Interrupting the kernel
+    awaiting the handle; a stop is not a failure (``stopped`` is True). A fit refused because the
+    trainer runs a loop elsewhere (a thread, a cell) trains nothing: ``refused`` holds the
+    :class:`~composer_lab.trainer.lifecycle.TrainerBusy`, re-raised by :meth:`wait`. Interrupting the kernel
     (SIGINT, :mod:`~composer_lab.lab.interrupt`) stops the run at its next batch boundary, as
     it stops a ``fit()`` in a cell (``interrupted`` is True); so does interrupting a cell that
     awaits the handle.
@@ -53,6 +56,7 @@ class RunHandle:
         self.duration = duration
         self.pause_at = pause_at
         self.error: Optional[BaseException] = None
+        self.refused: Optional[TrainerBusy] = None
         self.stopped = False
         self.interrupted = False
         self._stop = False
@@ -73,6 +77,11 @@ class RunHandle:
             self.trainer.fit(duration=self.duration)
         except RunStopped:
             self.stopped = True
+        except TrainerBusy as err:
+            if err.holder is threading.current_thread():  # a loop called from inside this run: its failure
+                self.error = err
+            else:
+                self.refused = err
         except BaseException as err:  # kept for wait() / await, which re-raise it in the notebook
             self.error = err
         finally:
@@ -82,6 +91,10 @@ class RunHandle:
             self._restore_interrupt()
 
     # -- called in the run's thread ---------------------------------------------------------
+    def runs_here(self) -> bool:
+        """Whether the caller is this run's thread (a fit elsewhere is not this run)."""
+        return threading.current_thread() is self._thread
+
     def will_pause(self, state: State) -> bool:
         """Whether :meth:`step_boundary` at ``state`` pauses (and stays until resumed)."""
         return not self._resume.is_set() or (self.pause_at is not None and state.timestamp.batch >= self.pause_at)
@@ -157,8 +170,8 @@ class RunHandle:
 
     def _finish(self) -> None:
         self._restore_interrupt()
-        if self.error is not None:
-            raise self.error
+        if self.error is not None or self.refused is not None:
+            raise self.error or self.refused
 
     def __await__(self) -> Generator[Any, None, None]:
         async def finish() -> None:
@@ -182,7 +195,7 @@ class RunMonitor(Callback):
         self.panel = panel
 
     def fit_start(self, state: State, logger: Logger) -> None:
-        self.panel._show(state)
+        self.panel._fit_started(state)
 
     def batch_end(self, state: State, logger: Logger) -> None:
         self.panel._step(state)
@@ -200,10 +213,12 @@ class RunPanel(widgets.VBox):
     ``start_button`` starts ``trainer.fit(duration)`` (``duration`` empty: to the end of
     ``max_duration``; e.g. '20ba' to train 20 more batches), ``pause_button`` pauses and
     continues, ``stop_button`` stops at the next step. The panel follows its trainer whoever
-    trains it (its :class:`RunMonitor`): the progress bar's total is the run's current length,
-    and the plot is redrawn within ``redraw_share`` of the run's time (:class:`RedrawBudget`).
-    ``handle`` is the current :class:`RunHandle`; ``on_finished()`` runs when a fit ends
-    (in the thread that trained).
+    trains it (its :class:`RunMonitor`, one per trainer: a new panel takes it over, with a run
+    still going): the status line says what the trainer does, in batches trained; the progress
+    bar's total is the run's current length, and the plot is redrawn within ``redraw_share`` of
+    the run's time (:class:`RedrawBudget`). A Start the trainer refuses (it trains elsewhere) and
+    a Start that needs a duration are notices, on a line of their own. ``handle`` is the current
+    :class:`RunHandle`; ``on_finished()`` runs when a fit ends (in the thread that trained).
     """
 
     def __init__(self, trainer: Any, redraw_share: float = 0.05,
@@ -217,6 +232,8 @@ class RunPanel(widgets.VBox):
         self.handle: Optional[RunHandle] = None
         self.live_plot = LivePlot()
         self._shown_at = 0.0
+        self._outside: Optional[str] = None  # the thread of a fit outside the panel, while it trains
+        self._ending = threading.Lock()  # one end of a fit reported at a time, whichever threads end
         self.start_button = widgets.Button(description="Start", button_style="success", icon="play")
         self.pause_button = widgets.Button(description="Pause", icon="pause", disabled=True)
         self.stop_button = widgets.Button(description="Stop", button_style="danger", icon="stop", disabled=True)
@@ -225,19 +242,35 @@ class RunPanel(widgets.VBox):
         self.progress = widgets.IntProgress(value=0, min=0, max=1, description="batch")
         self.label = widgets.HTML()
         self.status = widgets.HTML()
+        self.notice = widgets.HTML()
         self.plot = widgets.Image(format="png", layout={"display": "none"})  # shown from the first drawing
         for w, name in ((self.start_button, "start"), (self.pause_button, "pause"), (self.stop_button, "stop"),
                         (self.plot, "live-plot"), (self.progress, "progress"), (self.status, "status"),
-                        (self.label, "label"), (self.duration, "duration")):
+                        (self.notice, "notice"), (self.label, "label"), (self.duration, "duration")):
             w.add_class(f"cl-run-{name}")
         self.start_button.on_click(lambda _: self._click_start())
         self.pause_button.on_click(lambda _: self.toggle_pause())
         self.stop_button.on_click(lambda _: self.stop())
         super().__init__([widgets.HTML("<b>Run</b>"),
                           widgets.HBox([self.start_button, self.pause_button, self.stop_button, self.duration]),
-                          widgets.HBox([self.progress, self.label]), self.status, self.plot])
-        trainer.state.callbacks = [*trainer.state.callbacks, RunMonitor(self)]
+                          widgets.HBox([self.progress, self.label]), self.status, self.notice, self.plot])
+        self._attach()
         self._show(trainer.state)
+
+    def _attach(self) -> None:
+        """Be the trainer's one :class:`RunMonitor`'s panel: a panel made again (a re-run cell, a
+        second Lab) takes the monitor over, and a run the old panel started, if still going."""
+        state = self.trainer.state
+        monitor = next((cb for cb in state.callbacks if isinstance(cb, RunMonitor)), None)
+        if monitor is None:
+            state.callbacks = [*state.callbacks, RunMonitor(self)]
+            return
+        going = monitor.panel.handle
+        if going is not None and not going.done:
+            self.handle, going.on_done = going, self._finished
+            self._set_buttons(running=True)
+            self.status.value = "training (a run started from an earlier panel)"
+        monitor.panel = self
 
     # -- buttons ----------------------------------------------------------------------------
     def start(self, duration: Optional[str] = None, pause_at: Optional[int] = None) -> RunHandle:
@@ -250,17 +283,25 @@ class RunPanel(widgets.VBox):
             raise ValueError(f"the run is at its end (batch {state.timestamp.batch}, max_duration "
                              f"{state.max_duration}); say how much more to train, e.g. 'train for' 20ba "
                              f"(or start('20ba')), then Start")
+        self.notice.value = ""
         self.handle = RunHandle(self.trainer, duration, pause_at, on_done=self._finished)
-        self.start_button.disabled, self.pause_button.disabled, self.stop_button.disabled = True, False, False
-        self.pause_button.description, self.pause_button.icon = "Pause", "pause"
-        self.status.value = f"training{f' for {duration}' if duration else ' to max_duration'}"
+        self._set_buttons(running=True)
         return self.handle.start()
 
     def _click_start(self) -> None:
         try:
             self.start(self.duration.value.strip() or None)
         except (ValueError, TypeError, RuntimeError) as err:
-            self.status.value = f"<span style='color:#b00'>{html.escape(str(err))}</span>"
+            self._notify(str(err))
+
+    def _notify(self, text: str) -> None:
+        """A notice about a click (not the trainer's state, which the status line shows)."""
+        self.notice.value = f"<span style='color:#8a5a00'>{html.escape(text, quote=False)}</span>"
+
+    def _set_buttons(self, running: bool) -> None:
+        self.start_button.disabled, self.pause_button.disabled, self.stop_button.disabled = \
+            running, not running, not running
+        self.pause_button.description, self.pause_button.icon = "Pause", "pause"
 
     def toggle_pause(self) -> None:
         """Pause a going run, or continue a paused one."""
@@ -281,35 +322,62 @@ class RunPanel(widgets.VBox):
             self.status.value = "stopping at the next batch boundary"
             self.handle.stop()
 
-    # -- what the run reports ---------------------------------------------------------------
+    # -- what the run reports (in the thread that trains) -----------------------------------
+    def _own(self) -> Optional[RunHandle]:
+        """The panel's run if the caller is its thread; None in a fit outside the panel."""
+        handle = self.handle
+        return handle if handle is not None and handle.runs_here() else None
+
+    def _fit_started(self, state: State) -> None:
+        handle = self._own()
+        if handle is None:
+            self._follow_outside()
+        else:
+            self.status.value = f"training{f' for {handle.duration}' if handle.duration else ' to max_duration'}"
+        self._show(state)
+
+    def _follow_outside(self) -> None:
+        """Say that a fit outside the panel trains (once per fit; also for one that began before the panel)."""
+        if self._outside is None:
+            self._outside = threading.current_thread().name
+            self.status.value = f"training in thread {self._outside!r} (a fit() outside the panel)"
+
     def _step(self, state: State) -> None:
+        handle = self._own()
+        if handle is None:
+            self._follow_outside()
         if time.perf_counter() - self._shown_at >= 0.1:  # the bar moves at most ten times a second
             self._show(state)
         if self.redraw.due():
             self._redraw()
-        handle = self.handle
-        if handle is not None and not handle.done:
+        if handle is not None:
             if handle.will_pause(state):
                 self._show(state)
-                self.status.value = f"paused after batch {state.timestamp.batch}; press Continue"
+                self.status.value = f"paused: {state.timestamp.batch} batches trained; press Continue"
             handle.step_boundary(state)
 
     def _fit_ended(self, state: State) -> None:
-        if self.handle is not None and not self.handle.done:
+        if self._own() is not None:
             return  # the panel's own run: _finished reports it
-        self._show(state)
-        self._redraw()
-        self.status.value = f"trained to batch {state.timestamp.batch} (a fit() outside the panel)"
+        with self._ending:
+            thread, self._outside = self._outside or threading.current_thread().name, None
+            self._show(state)
+            self._redraw()
+            self.status.value = (f"done: {state.timestamp.batch} batches trained (a fit() outside the panel, "
+                                 f"in thread {thread!r})")
         if self.on_finished is not None:
             self.on_finished()
 
     def _finished(self) -> None:
         handle, state = self.handle, self.trainer.state
-        self._show(state)
-        self._redraw()
-        self.start_button.disabled, self.pause_button.disabled, self.stop_button.disabled = False, True, True
-        self.pause_button.description, self.pause_button.icon = "Pause", "pause"
-        self.status.value = self._end_status(handle, state)
+        with self._ending:
+            self._set_buttons(running=False)
+            self._show(state)
+            if handle.refused is not None:  # nothing trained; the status line follows the fit that runs
+                self._notify(f"Start refused at {state.timestamp.batch} batches trained: {handle.refused}")
+                return
+            self._redraw()
+            self.status.value = self._end_status(handle, state)
         if self.on_finished is not None:
             self.on_finished()
 
@@ -318,13 +386,13 @@ class RunPanel(widgets.VBox):
         more = "press Start to go on to max_duration" if not reached_max_duration(state) else \
             "give 'train for' (e.g. 20ba) and press Start to train more"
         if handle.error is not None:
-            return (f"<span style='color:#b00'>failed at batch {batch}: {html.escape(type(handle.error).__name__)}: "
-                    f"{html.escape(str(handle.error))}</span>")
+            return (f"<span style='color:#b00'>failed after {batch} batches trained: "
+                    f"{html.escape(type(handle.error).__name__)}: {html.escape(str(handle.error))}</span>")
         if handle.interrupted:
-            return f"interrupted by the kernel after batch {batch} (max_duration {end}); {more}"
+            return f"interrupted by the kernel: {batch} batches trained (max_duration {end}); {more}"
         if handle.stopped:
-            return f"stopped after batch {batch} (max_duration {end}); {more}"
-        return f"done: {batch} batches (max_duration {end}); {more}"
+            return f"stopped: {batch} batches trained (max_duration {end}); {more}"
+        return f"done: {batch} batches trained (max_duration {end}); {more}"
 
     def _show(self, state: State) -> None:
         batch, total = state.timestamp.batch, total_batches(state) or state.timestamp.batch

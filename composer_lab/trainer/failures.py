@@ -185,8 +185,8 @@ def _failure_note(err: BaseException, event: Optional[str], timestamp: Any, appl
     what = "interrupted" if kind == "interrupt" else f"failed ({type(err).__name__}: {err})"
     at = f"at {event}" if event else "before the first event"
     if applied:
-        state = (f"batch {timestamp.batch - 1} was the last one applied; what was due after {event} (evaluation, "
-                 f"checkpoint) did not run" if timestamp.batch else "no batch had been trained")
+        state = (f"{timestamp.batch} batches trained, the last one completely; what was due after {event} "
+                 f"(evaluation, checkpoint) did not run" if timestamp.batch else "no batch had been trained")
     else:
         state = (f"batch {timestamp.batch} was not applied: no optimizer step, gradients cleared, timestamp "
                  f"unchanged; the next fit() trains it again")

@@ -7,7 +7,7 @@ import functools
 import threading
 import weakref
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Optional
 
 __all__ = ["LoopLock", "TrainerBusy", "close_at_exit"]
 
@@ -15,7 +15,12 @@ _DOING = {"fit": "training", "eval": "evaluating", "predict": "predicting", "clo
 
 
 class TrainerBusy(RuntimeError):
-    """A loop (fit, eval, predict, close) was called while another one of the same trainer runs."""
+    """A loop (fit, eval, predict, close) was called while another one of the same trainer runs;
+    ``holder`` is the thread that runs it (the caller's own for a loop called from inside one)."""
+
+    def __init__(self, message: str, holder: Optional[threading.Thread] = None) -> None:
+        super().__init__(message)
+        self.holder = holder
 
 
 class LoopLock:
@@ -26,6 +31,7 @@ class LoopLock:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._where = ""  # what runs and where it was started, for the error of a second one
+        self._holder: Optional[threading.Thread] = None
 
     @property
     def busy(self) -> bool:
@@ -38,16 +44,16 @@ class LoopLock:
         ``batch``; another loop meanwhile raises :class:`TrainerBusy` saying what runs, where it
         started and how to stop it."""
         if not self._lock.acquire(blocking=False):
-            raise TrainerBusy(f"run {run_name!r} is already {self._where or 'running'}; one trainer runs one loop (fit, eval, "
-                              f"predict, close) at a time: wait for that one to end, or stop it (the lab's Stop "
-                              f"button or lab.run.handle.stop(); the kernel's interrupt for a fit in a cell), then "
-                              f"call {loop}() again")
+            raise TrainerBusy(f"run {run_name!r} is already {self._where or 'running'}; one trainer runs one loop "
+                              f"(fit, eval, predict, close) at a time: wait for that one to end, or stop it (the "
+                              f"lab's Stop button or lab.run.handle.stop(); the kernel's interrupt for a fit in a "
+                              f"cell), then call {loop}() again", self._holder)
         try:
-            self._where = (f"{_DOING[loop]} ({loop} started in thread {threading.current_thread().name!r} at "
-                           f"batch {batch})")
+            self._holder = threading.current_thread()
+            self._where = f"{_DOING[loop]} ({loop} started in thread {self._holder.name!r} at batch {batch})"
             yield
         finally:
-            self._where = ""
+            self._where, self._holder = "", None
             self._lock.release()
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import threading
 
 import pytest
 
@@ -13,7 +14,9 @@ from composer_lab.lab.control import Control
 from composer_lab.lab.pass_editor import PassEditor
 from composer_lab.lab import Lab
 from composer_lab.lab.live_plot import RedrawBudget
-from composer_lab.lab.run_panel import RunPanel
+from composer_lab.lab.run_panel import RunMonitor, RunPanel
+from composer_lab.core import Callback
+from composer_lab.trainer import TrainerBusy
 from conftest import Fail, Mix, Pick, Smooth, make_trainer
 
 
@@ -40,7 +43,7 @@ def test_a_change_during_a_run_holds_from_the_next_step_and_is_noted_at_its_batc
     assert list(notes.loc[notes["kind"] == "run", "text"]) == ["paused", "resumed"]
     assert panel.progress.value == 12 and bytes(panel.plot.value).startswith(b"\x89PNG")
     assert panel.start_button.description == "Start" and panel.pause_button.description == "Pause"
-    assert panel.status.value.startswith("done: 12 batches")
+    assert panel.status.value.startswith("done: 12 batches trained")
 
 
 def test_pause_button_pauses_and_continues_and_stop_ends_the_run():
@@ -62,7 +65,9 @@ def test_pause_button_pauses_and_continues_and_stop_ends_the_run():
     assert trainer.trace.notes["kind"].tolist()[:2] == ["run", "pass"]
     stopped = trainer.trace.notes.iloc[-1]  # the trainer records the stop as an interrupt at a step boundary
     assert stopped["kind"] == "interrupt" and "batch_end" in stopped["text"]
-    assert f"batch {trainer.state.timestamp.batch - 1} was the last one applied" in stopped["text"]
+    batch = trainer.state.timestamp.batch
+    assert f"{batch} batches trained, the last one completely" in stopped["text"], "one convention: a count"
+    assert panel.status.value.startswith(f"stopped: {batch} batches trained")
 
 
 def test_the_handle_is_awaitable_and_continues_for_a_given_duration():
@@ -86,7 +91,7 @@ def test_an_error_in_the_run_is_raised_by_wait():
     handle = panel.start()
     with pytest.raises(RuntimeError, match="failed on purpose at batch 2"):
         handle.wait(timeout=30)
-    assert "failed at batch 2" in panel.status.value and not panel.start_button.disabled
+    assert "failed after 2 batches trained: RuntimeError" in panel.status.value and not panel.start_button.disabled
 
 
 def test_run_panel_rejects_what_is_not_a_trainer():
@@ -104,11 +109,11 @@ def test_one_continue_button_when_paused_and_a_status_line_after_stop():
     assert handle.wait_paused(timeout=30)
     buttons = [b.description for b in (panel.start_button, panel.pause_button, panel.stop_button)]
     assert buttons.count("Continue") == 1 and panel.start_button.disabled
-    assert panel.status.value.startswith("paused after batch")
+    assert panel.status.value.startswith("paused: ") and panel.status.value.endswith("batches trained; press Continue")
     panel.stop_button.click()
     handle.wait(timeout=30)
     batch = trainer.state.timestamp.batch
-    assert panel.status.value == (f"stopped after batch {batch} (max_duration 40ba); press Start to go on to "
+    assert panel.status.value == (f"stopped: {batch} batches trained (max_duration 40ba); press Start to go on to "
                                   f"max_duration")
     assert panel.label.value == f"{batch} / 40 batches"
 
@@ -119,7 +124,7 @@ def test_start_on_a_finished_trainer_says_what_to_do():
     panel.start().wait(timeout=30)
     panel.start_button.click()
     assert panel.handle.done and trainer.state.timestamp.batch == 3, "no run started"
-    assert "the run is at its end (batch 3, max_duration 3ba); say how much more to train" in panel.status.value
+    assert "the run is at its end (batch 3, max_duration 3ba); say how much more to train" in panel.notice.value
     panel.duration.value = "2ba"
     panel.start_button.click()
     panel.handle.wait(timeout=30)
@@ -139,7 +144,7 @@ def test_the_lab_follows_a_fit_from_a_cell_and_refuses_a_second_fit_during_a_pan
     assert str(trainer.state.max_duration) == "6ba" and trainer.state.timestamp.batch == 6
     trainer.fit("4ba")  # from a cell
     assert lab.run.label.value == "10 / 10 batches" and lab.run.progress.value == 10
-    assert "trained to batch 10" in lab.run.status.value
+    assert lab.run.status.value == "done: 10 batches trained (a fit() outside the panel, in thread 'MainThread')"
     assert len(lab.conflicts.conflicts) > 0 and bytes(lab.run.plot.value).startswith(b"\x89PNG")
 
 
@@ -170,7 +175,7 @@ def test_interrupting_the_kernel_stops_a_panel_run_at_the_next_batch():
     assert handle.interrupted and trainer.state.timestamp.batch == 3
     notes = trainer.trace.notes
     assert list(notes["text"])[-2] == "interrupted (kernel interrupt)" and notes["kind"].iloc[-1] == "interrupt"
-    assert panel.status.value.startswith("interrupted by the kernel after batch 3")
+    assert panel.status.value.startswith("interrupted by the kernel: 3 batches trained")
 
 
 def test_redraws_keep_within_their_share_of_the_time():
@@ -198,3 +203,85 @@ def test_interrupting_a_cell_that_awaits_the_run_stops_the_run():
     asyncio.run(cell())
     handle.wait(timeout=30)
     assert handle.interrupted and trainer.state.timestamp.batch == 2
+
+
+class Gate(Callback):
+    """Holds a fit at the BATCH_END of batch ``at`` (0-based) until ``release`` is set."""
+
+    def __init__(self, at: int = 0) -> None:
+        self.at, self.reached, self.release = at, threading.Event(), threading.Event()
+
+    def batch_end(self, state, logger) -> None:
+        if state.timestamp.batch == self.at + 1:
+            self.reached.set()
+            self.release.wait(30)
+
+
+def test_a_start_refused_while_a_thread_trains_is_a_notice_and_the_panel_ends_on_the_true_state():
+    """The issue's race: the refused run's end and the real fit's end, in either order."""
+    for refused_first in (True, False):
+        gate = Gate(at=2)
+        trainer = make_trainer([], max_duration="6ba", callbacks=[gate])
+        panel = RunPanel(trainer)
+        worker = threading.Thread(target=trainer.fit, name="worker")
+        worker.start()
+        assert gate.reached.wait(30)
+        assert panel.status.value == "training in thread 'worker' (a fit() outside the panel)"
+        slow_end = threading.Event()
+        if not refused_first:  # the refused run's report waits until the real fit has ended
+            panel._finished = _after(slow_end, panel._finished)
+        handle = panel.start()
+        if refused_first:
+            assert handle._done.wait(30)
+        gate.release.set()
+        worker.join(30)
+        slow_end.set()
+        with pytest.raises(TrainerBusy):
+            handle.wait(timeout=30)
+        assert handle.refused is not None and handle.error is None
+        assert "Start refused at" in panel.notice.value and "is already training (fit started in thread 'worker'" \
+            in panel.notice.value and "#b00" not in panel.notice.value, "a notice, not a failure"
+        assert panel.status.value == "done: 6 batches trained (a fit() outside the panel, in thread 'worker')"
+        assert panel.label.value == "6 / 6 batches" and panel.progress.value == 6
+        assert not panel.start_button.disabled and panel.stop_button.disabled
+
+
+def _after(event, report):
+    def slow():
+        event.wait(30)
+        report()
+    return slow
+
+
+def test_a_panel_made_while_a_thread_trains_says_so_at_the_next_batch():
+    gate = Gate(at=1)
+    trainer = make_trainer([], max_duration="4ba", callbacks=[gate])
+    worker = threading.Thread(target=trainer.fit, name="worker")
+    worker.start()
+    assert gate.reached.wait(30)
+    panel = RunPanel(trainer)
+    gate.at = 2
+    gate.reached.clear()
+    gate.release.set()
+    assert gate.reached.wait(30)
+    assert panel.status.value == "training in thread 'worker' (a fit() outside the panel)"
+    gate.release.set()
+    worker.join(30)
+    assert panel.status.value.startswith("done: 4 batches trained")
+
+
+def test_a_new_panel_on_a_trainer_replaces_the_monitor_and_takes_over_a_run_going():
+    trainer = make_trainer([], max_duration="20ba")
+    first = RunPanel(trainer)
+    handle = first.start(pause_at=2)
+    assert handle.wait_paused(timeout=30)
+    second = Lab(trainer).run  # the cell run again
+    monitors = [cb for cb in trainer.state.callbacks if isinstance(cb, RunMonitor)]
+    assert len(monitors) == 1 and monitors[0].panel is second
+    assert second.handle is handle and second.start_button.disabled and not second.stop_button.disabled
+    second.stop_button.click()
+    handle.wait(timeout=30)
+    assert second.status.value.startswith("stopped: 2 batches trained")
+    trainer.fit("2ba")
+    calls = trainer.trace.invocations
+    assert (calls.loc[calls["event"] == "batch_end", "batch"].value_counts() == 1).all(), "one monitor call a batch"

@@ -139,7 +139,8 @@ def test_cli_counts_are_checked_before_any_work_in_the_command_line_terms(tmp_pa
     with pytest.raises(SystemExit) as exit_:
         main(["run", option, "0", "--runs-dir", str(tmp_path)])
     assert exit_.value.code == 2
-    assert f"composer-lab run: error: argument {option}: must be a whole number >= 1, got '0'" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"composer-lab run: error: argument {option}: must be a whole number >= 1, got '0'" in err
     assert not any(tmp_path.iterdir()), "nothing ran"
 
 

@@ -107,7 +107,7 @@ def test_a_stop_pressed_during_the_optimizer_step_waits_until_the_batch_is_appli
         trainer.fit()
     assert trainer.state.timestamp.batch == 3, "batch 2 was fully applied before the interrupt"
     _assert_weights(trainer, _trained_for(3))
-    assert "batch 2 was the last one applied" in trainer.trace.notes["text"].iloc[-1]
+    assert "3 batches trained, the last one completely" in trainer.trace.notes["text"].iloc[-1]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, "fit restores the handler"
 
 

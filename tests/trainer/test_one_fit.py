@@ -91,7 +91,8 @@ def test_a_fit_during_an_evaluation_names_the_evaluation():
             except TrainerBusy as err:
                 errors.append(str(err))
 
-    trainer = make_trainer(callbacks=[FitDuringEval()], max_duration="2ba", run_name="ev", eval_dataloader=tiny_loader())
+    trainer = make_trainer(callbacks=[FitDuringEval()], max_duration="2ba", run_name="ev",
+                           eval_dataloader=tiny_loader())
     trainer.eval()
     assert errors and errors[0].startswith("run 'ev' is already evaluating (eval started in thread 'MainThread' "
                                            "at batch 0)")
