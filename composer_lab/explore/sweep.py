@@ -10,12 +10,11 @@ and the data order, so the runs of two orders with one seed form a pair.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import math
-import re
 import tempfile
 import threading
 import uuid
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable, NamedTuple, Optional, Sequence, Union
 
@@ -25,7 +24,10 @@ import pandas as pd
 from composer_lab.core.algorithm import Algorithm
 from composer_lab.explore.diff import diff_runs
 from composer_lab.explore.executors import check_sendable
-from composer_lab.explore.orderings import algorithm_names, check_algorithms, order_label, orderings, question
+from composer_lab.explore.identity import experiment_identity
+from composer_lab.explore.orderings import (MAX_ALGORITHMS, algorithm_names, check_algorithms, order_label, orderings,
+                                            question)
+from composer_lab.explore.precedence import precedence as pair_effects
 from composer_lab.explore.race import Decision, Race, race_values
 from composer_lab.explore.ranking import plot_ranking, rank_orders
 from composer_lab.explore.results import SweepFolder
@@ -38,6 +40,8 @@ from composer_lab.trainer.run import Run
 __all__ = ["Sweep", "DEFAULT_METRIC"]
 
 DEFAULT_METRIC = "metrics/eval/Accuracy"
+SAMPLED_ORDERS = 64
+"""How many permutations a sweep of more than 8 algorithms draws when not told (orders=N)."""
 
 
 class Sweep:
@@ -53,20 +57,29 @@ class Sweep:
         orders: the orders to train: None for every distinct order under the default passes
             (:func:`orderings`; for a factory that changes the passes, pass
             ``orderings(algorithms, passes=...)``), an ``orderings(...)`` table, or a list of
-            orders given as positions into ``algorithms``. Each is named by what runs
+            orders given as positions into ``algorithms``, or an int N: N permutations drawn at
+            random (None does so with :data:`SAMPLED_ORDERS` past 8 algorithms, with a warning;
+            :meth:`precedence` then says which pairs' order matters). Each is named by what runs
             (:func:`~composer_lab.explore.orderings.run_label`), its list order kept beside it;
             algorithms that run in one order only are refused (nothing to compare), and so are
             two orders that run alike.
         executor: anything with ``submit(fn, *args) -> future`` and ``future.result()``; None for
             a local process pool with one worker per core (see :mod:`~composer_lab.explore.executors`).
         folder: the sweep folder (None: a new temporary one). Run again on the same folder, a
-            sweep skips what finished; a folder of another experiment is refused.
+            sweep skips what finished. The folder belongs to one experiment
+            (:mod:`~composer_lab.explore.identity`: the algorithms' classes, code and
+            hyperparameters, the factory's code and the values it reads, the metric, the
+            version); a folder of another experiment is refused with what differs.
+        resume: False to start over: deletes the folder's sweep.json, rows/, runs/ and
+            results.parquet (whatever experiment they belong to; other files stay), then
+            trains every run again.
         higher_is_better: rank larger values of ``metric`` first (False for a loss).
     """
 
     def __init__(self, make_trainer: Callable[[list, int], Any], algorithms: Sequence[Algorithm],
                  seeds: Iterable[int] = range(5), metric: str = DEFAULT_METRIC, orders: Any = None,
-                 executor: Any = None, folder: Union[str, Path, None] = None, higher_is_better: bool = True) -> None:
+                 executor: Any = None, folder: Union[str, Path, None] = None, higher_is_better: bool = True,
+                 resume: bool = True) -> None:
         if not callable(make_trainer):
             raise TypeError(f"make_trainer must be a function (algorithms, seed) -> Trainer, got "
                             f"{type(make_trainer).__name__} {make_trainer!r}")
@@ -80,7 +93,7 @@ class Sweep:
         self.higher_is_better = higher_is_better
         check_sendable(executor, make_trainer=make_trainer, algorithms=self.algorithms)
         self.folder = SweepFolder(Path(folder) if folder is not None else Path(tempfile.mkdtemp(prefix="sweep-")))
-        self.folder.claim(_experiment(make_trainer, self.algorithms))
+        self.folder.claim(experiment_identity(make_trainer, self.algorithms, self.names, metric), resume)
 
     @property
     def labels(self) -> list[str]:
@@ -222,6 +235,23 @@ class Sweep:
         return max(stats.seeds_needed((values[order] - values[best]).to_numpy(), delta, level, power)
                    for order in others)
 
+    def precedence(self, confidence: float = 0.95) -> pd.DataFrame:
+        """Which pairs' relative order matters: the metric fitted on one indicator per pair
+        ("first runs before second at the events they share") plus a seed effect, each pair's
+        effect with its interval and Holm-adjusted p-value
+        (:func:`~composer_lab.explore.precedence.precedence`). It reads every finished run at
+        once, so it answers where the orders are sampled (past 8 algorithms) and each order has
+        too few runs to rank; pairs the orders swept cannot tell apart are named, not estimated."""
+        asked = question(self.algorithms)
+        plans = {}
+        for order in self.orders:
+            if asked.label(order.positions) != order.label:
+                raise ValueError(f"the order {order.label!r} was named under other passes than the engine's default "
+                                 f"ones; precedence() reads the default passes' plans: build the sweep with orders "
+                                 f"from orderings(algorithms) or positions")
+            plans[order.label] = asked.plans(order.positions)
+        return pair_effects(self._finished(), plans, self.metric, self.names, confidence)
+
     def _finished(self) -> pd.DataFrame:
         """:attr:`results`, or a ValueError when no run has finished."""
         results = self.results
@@ -287,8 +317,8 @@ class SweepOrder(NamedTuple):
 def _orders(orders: Any, algorithms: list[Algorithm], names: list[str]) -> tuple[list[SweepOrder], pd.DataFrame]:
     """The orders to train and the algorithms out of the question; refused when there is
     nothing to compare (one order only) or two orders run alike."""
-    if orders is None:
-        orders = orderings(algorithms)
+    if orders is None or isinstance(orders, int) and not isinstance(orders, bool):
+        orders = _every_or_sampled(algorithms, orders)
     if isinstance(orders, pd.DataFrame):
         result = _table_orders(orders, len(algorithms))
         out = orders.attrs.get("out_of_question", pd.DataFrame(columns=["algorithm", "reason"]))
@@ -310,6 +340,20 @@ def _orders(orders: Any, algorithms: list[Algorithm], names: list[str]) -> tuple
                              f"({order.label}); give each order once: orderings(algorithms) lists one of each kind")
         seen[order.label] = order
     return result, out
+
+
+def _every_or_sampled(algorithms: list[Algorithm], count: Optional[int]) -> pd.DataFrame:
+    """Every distinct order; or ``count`` permutations drawn at random, by default
+    :data:`SAMPLED_ORDERS` of them past :data:`MAX_ALGORITHMS` algorithms (said in a warning)."""
+    if count is None and len(algorithms) <= MAX_ALGORITHMS:
+        return orderings(algorithms)
+    if count is None:
+        count = SAMPLED_ORDERS
+        warnings.warn(f"{len(algorithms)} algorithms have {math.factorial(len(algorithms)):,} orders: this sweep "
+                      f"trains {count} permutations drawn at random (those that run alike count once); pass "
+                      f"orders=N to choose how many, and read sweep.precedence() for which pairs' order matters",
+                      stacklevel=4)
+    return orderings(algorithms, max_orders=count)
 
 
 def _table_orders(table: pd.DataFrame, n: int) -> list[SweepOrder]:
@@ -339,25 +383,6 @@ def _one_order_message(names: list[str], out: pd.DataFrame, merged: bool) -> str
             f"orders=orderings(algorithms, passes=those passes) (e.g. the engine's passes less "
             f"sort_selective_backprop_first), or sweep algorithms that meet at an event (e.g. CutOut and MixUp, "
             f"both at after_dataloader)")
-
-
-def _experiment(make_trainer: Callable, algorithms: list[Algorithm]) -> dict[str, Any]:
-    """What makes two sweeps one experiment: the algorithms and the factory (name and code)."""
-    return {"algorithms": [repr(a) for a in algorithms],
-            "factory": getattr(make_trainer, "__qualname__", type(make_trainer).__qualname__),
-            "factory_code": _code_digest(make_trainer)}
-
-
-def _code_digest(fn: Callable) -> str:
-    """A digest of a function's code and constants (or an object's repr, addresses left out)."""
-    code = getattr(fn, "__code__", None)
-    text = _code_text(code) if code is not None else re.sub(r" at 0x[0-9a-f]+", "", repr(fn))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def _code_text(code: Any) -> str:
-    consts = [_code_text(c) if hasattr(c, "co_code") else repr(c) for c in code.co_consts]
-    return f"{code.co_code.hex()}|{consts}|{code.co_names}"
 
 
 def _key(positions: Sequence[int], seed: int) -> str:

@@ -146,12 +146,15 @@ def test_rows_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
 
 # -- refusals --------------------------------------------------------------------------------
 def test_a_folder_of_another_experiment_is_refused(swept):
-    with pytest.raises(ValueError, match=r"holds results of another experiment \(its algorithms is \['CutOut\(.*"
-                                         r"results of different experiments are not mixed: choose a new folder"):
+    # What differs, in words (tests/explore/test_identity.py: code, globals, closures, starting over).
+    with pytest.raises(ValueError, match=r"holds results of another experiment: algorithms: \[CutOut \(.*\), MixUp "
+                                         r"\(.*\)\] -> \[MixUp \(.*\), CutOut \(.*\)\]\. Results of different "
+                                         r"experiments are not mixed: choose a new folder, or pass resume=False"):
         Sweep(make_trainer, [MixUp(), CutOut()], executor=InlineExecutor(), folder=swept.folder.path)
-    edited = {"factories": factories}  # the factory's cell edited: same name, other code
+    edited = {"factories": factories, "__name__": "__main__"}  # a notebook cell's factory, without its source
     exec("def make_trainer(algorithms, seed):\n    return factories.make_trainer(algorithms, seed, '7ba')", edited)
-    with pytest.raises(ValueError, match=r"its factory_code is '[0-9a-f]+', this sweep's is '[0-9a-f]+'"):
+    with pytest.raises(ValueError, match=r"another experiment: factory: 'tests.explore.factories.make_trainer' -> "
+                                         r"'make_trainer'; "):
         Sweep(edited["make_trainer"], [CutOut(), MixUp()], executor=InlineExecutor(), folder=swept.folder.path)
 
 

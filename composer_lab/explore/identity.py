@@ -1,0 +1,270 @@
+"""Experiment identity: what makes the runs in a sweep folder results of one experiment.
+
+A folder's results hold only for the code and the values that produced them. The identity
+names them, readable, in the folder's ``sweep.json``:
+
+- each algorithm: its class and every attribute of the instance (its hyperparameters);
+- ``code``: the source of every function and class method defined outside installed packages
+  (in the notebook, the script, the user's own modules) that the factory or an algorithm class
+  reaches: the factory, the helpers it calls, what they call in turn;
+- ``values``: the value of every global, closure variable and default argument that code reads
+  (``EPOCHS``), and the fields of a factory object (the CLI's ``SweepExperiment``);
+- the metric and composer_lab's version (which stands for the installed packages' code), and a
+  digest of the source file of each installed module that defines an algorithm class used.
+
+:func:`differences` says what changed in words: ``EPOCHS: '3ep' -> '12ep'``,
+``GaussianNoise.apply: source changed``. Values are compared by their ``repr`` (tensors and
+arrays by their bytes): an object whose repr does not show its content (a dataset object
+built outside the factory) is not told apart; build it inside the factory, where the code that
+builds it is part of the identity.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import json
+import re
+import sys
+import textwrap
+import types
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+import torch
+
+from composer_lab.core.algorithm import Algorithm
+
+__all__ = ["experiment_identity", "differences", "is_user_code"]
+
+_LONG = 200
+"""Values whose repr is longer are kept as their type, length and digest."""
+_SITE = ("site-packages", "dist-packages")
+
+
+def experiment_identity(make_trainer: Callable, algorithms: Sequence[Algorithm], names: Sequence[str],
+                        metric: str) -> dict[str, Any]:
+    """The identity of a sweep of ``algorithms`` (named ``names``) trained by ``make_trainer``
+    and ranked by ``metric``, as JSON data (see the module's docstring)."""
+    import composer_lab
+
+    walk = _Walk()
+    factory = walk.factory(make_trainer)
+    described = []
+    for name, algorithm in zip(names, algorithms):
+        walk.cls(type(algorithm))
+        walk.modules_of(type(algorithm))
+        for attribute, value in vars(algorithm).items():
+            walk.value(f"{name}.{attribute}", value)
+        described.append({"name": name, "class": _qualified(type(algorithm))})
+    identity = {"composer_lab": composer_lab.__version__, "metric": metric, "factory": factory,
+                "algorithms": described, "code": walk.code, "values": walk.values}
+    return json.loads(json.dumps(identity))
+
+
+def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """What differs from identity ``old`` to ``new``, one readable line per difference."""
+    lines = [f"{key}: {old.get(key)!r} -> {new.get(key)!r}" for key in ("composer_lab", "metric", "factory")
+             if old.get(key) != new.get(key)]
+    if old.get("algorithms") != new.get("algorithms"):
+        lines.append(f"algorithms: {_listed(old.get('algorithms'))} -> {_listed(new.get('algorithms'))}")
+    old_code, new_code = old.get("code", {}), new.get("code", {})
+    for key in sorted(set(old_code) | set(new_code)):
+        if key not in new_code:
+            lines.append(f"{key}: no longer reached")
+        elif key not in old_code:
+            lines.append(f"{key}: newly reached")
+        elif old_code[key] != new_code[key]:
+            lines.append(f"{key}: source changed")
+    old_values, new_values = old.get("values", {}), new.get("values", {})
+    for key in sorted(set(old_values) | set(new_values)):
+        if old_values.get(key) != new_values.get(key):
+            lines.append(f"{key}: {old_values.get(key, '(not read)')} -> {new_values.get(key, '(not read)')}")
+    return lines
+
+
+def is_user_code(obj: Any) -> bool:
+    """Whether ``obj`` (a function, class or module) is defined outside installed packages: in
+    ``__main__`` (a notebook, a script) or a module that is neither the standard library, nor
+    composer_lab, nor under site-packages."""
+    module_name = obj.__name__ if isinstance(obj, types.ModuleType) else getattr(obj, "__module__", None)
+    if not isinstance(module_name, str) or module_name == "__main__":
+        return module_name == "__main__"
+    top = module_name.split(".")[0]
+    if top in sys.stdlib_module_names or top in ("builtins", "composer_lab"):
+        return False
+    module = sys.modules.get(module_name)
+    file = getattr(module, "__file__", None)
+    return file is not None and not any(part in _SITE for part in Path(file).parts)
+
+
+class _Walk:
+    """Collects the code and the values a factory and algorithm classes reach."""
+
+    def __init__(self) -> None:
+        self.code: dict[str, str] = {}
+        self.values: dict[str, str] = {}
+        self._seen: set[int] = set()
+
+    def factory(self, make_trainer: Callable) -> str:
+        """Walk the factory; its description: a function's name, or what a partial or object wraps."""
+        if isinstance(make_trainer, functools.partial):
+            self.value("factory arguments", (make_trainer.args, make_trainer.keywords))
+            return f"functools.partial({self.factory(make_trainer.func)})"
+        if isinstance(make_trainer, types.MethodType):
+            self.value(f"{_key(make_trainer.__func__)}.__self__", make_trainer.__self__)
+            self.function(make_trainer.__func__)
+            return _key(make_trainer.__func__)
+        if isinstance(make_trainer, types.FunctionType):
+            self.function(make_trainer)
+            return _key(make_trainer)
+        cls = type(make_trainer)
+        self.cls(cls)
+        for field, value in _fields(make_trainer).items():
+            self.value(f"{cls.__qualname__}.{field}", value)
+        return _qualified(cls)
+
+    def function(self, fn: types.FunctionType) -> None:
+        """Record ``fn``'s source and walk what it reads, if it is user code not walked yet."""
+        if id(fn) in self._seen or not is_user_code(fn):
+            return
+        self._seen.add(id(fn))
+        key = _key(fn)
+        self.code[key] = _source(fn)
+        names = _names(fn.__code__)
+        prefix = "" if fn.__module__ == "__main__" else f"{fn.__module__}."
+        for name in sorted(names & set(fn.__globals__)):
+            self.value(f"{prefix}{name}", fn.__globals__[name], names)
+        for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+            try:
+                self.value(f"{key} closure {name}", cell.cell_contents, names)
+            except ValueError:  # an empty cell: a variable assigned after the function was made
+                continue
+        if fn.__defaults__ or fn.__kwdefaults__:
+            self.value(f"{key} defaults", (fn.__defaults__, fn.__kwdefaults__))
+
+    def cls(self, cls: type) -> None:
+        """Walk a user class and its user bases: each method's source, each class attribute's value."""
+        for klass in cls.__mro__:
+            if id(klass) in self._seen or not is_user_code(klass):
+                continue
+            self._seen.add(id(klass))
+            for name, attribute in vars(klass).items():
+                function = _underlying(attribute)
+                if function is not None:
+                    self.function(function)
+                elif not (name.startswith("__") and name.endswith("__")):
+                    self.value(f"{_key(klass)}.{name}", attribute)
+
+    def modules_of(self, cls: type) -> None:
+        """A digest of the source file of each installed module defining ``cls`` or a base below
+        :class:`Algorithm` (composer_lab's algorithms: an edit in a checkout keeps the version)."""
+        for klass in cls.__mro__:
+            if klass is Algorithm or not issubclass(klass, Algorithm) or is_user_code(klass):
+                continue
+            file = getattr(sys.modules.get(klass.__module__), "__file__", None)
+            if file is not None and Path(file).is_file():
+                self.code[f"{klass.__module__} (module source)"] = _digest(Path(file).read_bytes())
+
+    def value(self, key: str, value: Any, names: frozenset = frozenset()) -> None:
+        """Record ``value`` under ``key``; walk it when it is user code (a function, a class, a
+        module whose attributes among ``names`` the reading code may use)."""
+        if isinstance(value, types.ModuleType):
+            self.values[key] = f"module {value.__name__}"
+            if is_user_code(value):
+                for name in sorted(names & set(vars(value))):
+                    if not name.startswith("__"):
+                        self.value(f"{value.__name__}.{name}", getattr(value, name))
+            return
+        if isinstance(value, (types.FunctionType, type)):
+            self.values[key] = f"{'class' if isinstance(value, type) else 'function'} {_qualified(value)}"
+            self.function(value) if isinstance(value, types.FunctionType) else self.cls(value)
+            return
+        if isinstance(value, functools.partial):
+            self.values[key] = f"functools.partial({_qualified(value.func)})"
+            self.value(f"{key} arguments", (value.args, value.keywords))
+            self.value(f"{key} function", value.func)
+            return
+        if is_user_code(type(value)) and not _has_own_repr(type(value)):
+            self.cls(type(value))
+            for field, field_value in _fields(value).items():
+                self.value(f"{key}.{field}", field_value)
+            return
+        self.values[key] = _text(value)
+
+
+def _names(code: types.CodeType) -> frozenset:
+    """The names ``code`` and the code nested in it (lambdas, comprehensions, inner functions) load."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _names(const)
+    return frozenset(names)
+
+
+def _underlying(attribute: Any) -> Optional[types.FunctionType]:
+    """The function behind a method, static or class method, or property; None for other attributes."""
+    if isinstance(attribute, (staticmethod, classmethod)):
+        attribute = attribute.__func__
+    if isinstance(attribute, property):
+        attribute = attribute.fget
+    return attribute if isinstance(attribute, types.FunctionType) else None
+
+
+def _source(fn: types.FunctionType) -> str:
+    """``fn``'s source (a notebook cell's too: IPython keeps cells where ``inspect`` finds them);
+    without one (code made by ``exec``), a digest of its compiled code."""
+    try:
+        return textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError):
+        return f"<no source; compiled code {_digest(_code_text(fn.__code__))}>"
+
+
+def _code_text(code: types.CodeType) -> str:
+    consts = [_code_text(c) if isinstance(c, types.CodeType) else repr(c) for c in code.co_consts]
+    return f"{code.co_code.hex()}|{consts}|{code.co_names}"
+
+
+def _text(value: Any) -> str:
+    """A value as stored: its repr, addresses left out; tensors and arrays by their bytes, and
+    a long repr by its type, length and digest."""
+    if isinstance(value, torch.Tensor):
+        data = value.detach().cpu()
+        data = data.float() if data.dtype == torch.bfloat16 else data  # (numpy has no bfloat16)
+        return f"tensor {tuple(data.shape)} {value.dtype} {_digest(data.numpy().tobytes())}"
+    if isinstance(value, np.ndarray):
+        return f"array {value.shape} {value.dtype} {_digest(value.tobytes())}"
+    text = re.sub(r" at 0x[0-9a-fA-F]+", "", repr(value))
+    return text if len(text) <= _LONG else f"{type(value).__name__} of {len(text)} characters, {_digest(text)}"
+
+
+def _digest(data: Any) -> str:
+    return "sha256 " + hashlib.sha256(data if isinstance(data, bytes) else str(data).encode()).hexdigest()[:16]
+
+
+def _fields(obj: Any) -> dict[str, Any]:
+    """An object's attributes (a dataclass's fields, a slotted object's slots)."""
+    try:
+        return dict(vars(obj))
+    except TypeError:
+        return {name: getattr(obj, name) for name in getattr(type(obj), "__slots__", ()) if hasattr(obj, name)}
+
+
+def _has_own_repr(cls: type) -> bool:
+    """Whether ``cls`` shows its content in its repr (a dataclass, a class with its own __repr__)."""
+    return cls.__repr__ is not object.__repr__
+
+
+def _qualified(obj: Any) -> str:
+    return f"{obj.__module__}.{obj.__qualname__}"
+
+
+def _key(obj: Any) -> str:
+    """How code is named in the identity: its qualified name, without the module in ``__main__``."""
+    return obj.__qualname__ if obj.__module__ == "__main__" else _qualified(obj)
+
+
+def _listed(algorithms: Any) -> str:
+    return "[" + ", ".join(f"{a.get('name')} ({a.get('class')})" for a in algorithms or []) + "]"

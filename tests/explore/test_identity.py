@@ -1,0 +1,142 @@
+"""Experiment identity: a sweep folder is refused, with what differs in words, when an algorithm's
+code, a value the factory reads (through a helper, a closure, a factory object's field) or the
+factory's code changed; resume=False starts over."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import linecache
+
+import pytest
+
+from composer_lab.algorithms import CutOut, MixUp
+from composer_lab.cli import SweepExperiment
+from composer_lab.explore import InlineExecutor, Sweep
+from composer_lab.explore.identity import differences, experiment_identity, is_user_code
+from tests.explore import factories
+
+CELL = """
+import torch
+from composer_lab.core.algorithm import Algorithm
+from composer_lab.core.event import Event
+from tests.explore.factories import make_trainer as _make
+
+EPOCHS = '6ba'
+
+def duration():
+    return EPOCHS
+
+def make_trainer(algorithms, seed):
+    return _make(algorithms, seed, batches=duration())
+
+class GaussianNoise(Algorithm):
+    events = frozenset({Event.AFTER_DATALOADER})
+
+    def __init__(self, std=0.1):
+        self.std = std
+
+    def apply(self, event, state, logger):
+        inputs = state.batch_get_item(0)
+        state.batch_set_item(0, inputs + self.std * torch.randn_like(inputs))
+"""
+_cells = itertools.count()
+
+
+def notebook_cell(source: str = CELL) -> dict:
+    """Run ``source`` as a notebook cell runs: in ``__main__``, its lines where inspect finds them."""
+    filename = f"<cell-{next(_cells)}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+    namespace = {"__name__": "__main__"}
+    exec(compile(source, filename, "exec"), namespace)
+    return namespace
+
+
+def sweep(cell: dict, folder, **kwargs) -> Sweep:
+    return Sweep(cell["make_trainer"], [cell["GaussianNoise"](), CutOut()], seeds=[0], orders=[(0, 1)],
+                 executor=InlineExecutor(), folder=folder, **kwargs)
+
+
+def test_the_identity_is_readable_in_sweep_json(tmp_path):
+    sweep(notebook_cell(), tmp_path)
+    experiment = json.loads((tmp_path / "sweep.json").read_text())["experiment"]
+    assert experiment["values"]["EPOCHS"] == "'6ba'" and experiment["values"]["GaussianNoise.std"] == "0.1"
+    assert "return EPOCHS" in experiment["code"]["duration"]  # reached through the factory's call
+    assert "torch.randn_like" in experiment["code"]["GaussianNoise.apply"]
+    assert experiment["algorithms"] == [{"name": "GaussianNoise", "class": "__main__.GaussianNoise"},
+                                        {"name": "CutOut", "class": "composer_lab.algorithms.cutout.CutOut"}]
+    assert experiment["metric"] == "metrics/eval/Accuracy" and experiment["composer_lab"]
+
+
+def test_an_algorithm_whose_code_changed_is_refused_though_its_repr_is_the_same(tmp_path):
+    before = notebook_cell()
+    sweep(before, tmp_path)
+    after = notebook_cell(CELL.replace("inputs + self.std", "inputs - self.std"))
+    assert repr(after["GaussianNoise"]()) == repr(before["GaussianNoise"]())
+    with pytest.raises(ValueError, match=r"holds results of another experiment: GaussianNoise.apply: source "
+                                         r"changed. Results of different experiments are not mixed: choose a new "
+                                         r"folder, or pass resume=False"):
+        sweep(after, tmp_path)
+    sweep(before, tmp_path)  # the same experiment: resumed
+
+
+def test_a_global_read_by_a_helper_of_the_factory_is_part_of_the_experiment(tmp_path):
+    cell = notebook_cell()
+    sweep(cell, tmp_path)
+    cell["EPOCHS"] = "12ba"  # the cell that sets it, run again
+    with pytest.raises(ValueError, match=r"another experiment: EPOCHS: '6ba' -> '12ba'\. Results"):
+        sweep(cell, tmp_path)
+
+
+def test_closure_variables_and_factory_fields_are_part_of_the_experiment(tmp_path):
+    def factory(batches):
+        def make(algorithms, seed):
+            return factories.make_trainer(algorithms, seed, batches)
+        return make
+
+    Sweep(factory("6ba"), [CutOut(), MixUp()], folder=tmp_path / "closure")
+    with pytest.raises(ValueError, match=r"factory.<locals>.make closure batches: '6ba' -> '4ba'"):
+        Sweep(factory("4ba"), [CutOut(), MixUp()], folder=tmp_path / "closure")
+    Sweep(SweepExperiment(epochs=3), [CutOut(), MixUp()], folder=tmp_path / "cli")
+    with pytest.raises(ValueError, match=r"another experiment: SweepExperiment.epochs: 3 -> 12\. Results"):
+        Sweep(SweepExperiment(epochs=12), [CutOut(), MixUp()], folder=tmp_path / "cli")
+
+
+def test_resume_false_starts_over_and_trains_again(tmp_path):
+    cell = notebook_cell()
+    first = sweep(cell, tmp_path)
+    first.run()
+    assert list(first.results["samples"]) == [48]
+    (tmp_path / "notes.txt").write_text("mine")
+    cell["EPOCHS"] = "4ba"
+    again = sweep(cell, tmp_path, resume=False)
+    assert again.folder.rows() == {} and len(again.pending()) == 1
+    assert list(again.run()["samples"]) == [32]  # 4 batches of 8: trained with the new value
+    assert (tmp_path / "notes.txt").read_text() == "mine"  # what the sweep did not write stays
+
+
+def test_a_factory_without_source_is_told_apart_by_its_compiled_code(tmp_path):
+    cells = [{"factories": factories, "__name__": "__main__"} for _ in range(2)]
+    for cell, batches in zip(cells, ("6ba", "7ba")):
+        exec(f"def make_trainer(algorithms, seed):\n    return factories.make_trainer(algorithms, seed, {batches!r})",
+             cell)
+    Sweep(cells[0]["make_trainer"], [CutOut(), MixUp()], folder=tmp_path)
+    with pytest.raises(ValueError, match=r"another experiment: make_trainer: source changed\. Results"):
+        Sweep(cells[1]["make_trainer"], [CutOut(), MixUp()], folder=tmp_path)
+
+
+def test_what_is_user_code():
+    cell = notebook_cell()
+    assert is_user_code(cell["make_trainer"]) and is_user_code(factories.make_trainer)
+    assert not any(map(is_user_code, (CutOut, json.dumps, pytest.raises, SweepExperiment)))
+
+
+def test_differences_read_as_words():
+    old = experiment_identity(factories.make_trainer, [CutOut()], ["CutOut"], "m")
+    new = {**old, "metric": "n", "algorithms": [{"name": "MixUp", "class": "x.MixUp"}],
+           "code": {**old["code"], "helper": "def helper(): ..."}}
+    assert differences(old, new) == [
+        "metric: 'm' -> 'n'",
+        "algorithms: [CutOut (composer_lab.algorithms.cutout.CutOut)] -> [MixUp (x.MixUp)]",
+        "helper: newly reached"]
+    assert differences(old, old) == []
