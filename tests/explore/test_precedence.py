@@ -3,15 +3,23 @@ results frames (sampled orders, noise, confounding, pinned pairs), and once thro
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
+from typing import Optional
 
 import numpy as np
 import pandas as pd
 import pytest
+import torch.nn.functional as F
+from torch.utils.data import DataLoader
 
+from composer_lab.core import Algorithm, Callback, Event, Logger, State
+from composer_lab.explore import InlineExecutor, Sweep
 from composer_lab.explore.precedence import PRECEDENCE_COLUMNS, precedence
+from composer_lab.models import SmallCNN
+from composer_lab.trainer import Trainer
+from composer_lab.trainer.rng import seed_all
+from tests.explore.factories import images
 
 EFFECTS = {("A", "B"): 0.03, ("C", "D"): -0.02, ("A", "E"): 0.01}
 """The metric's change when the first runs before the second (at e1; A and E at e2 and e3)."""
@@ -96,3 +104,78 @@ def test_results_without_plans_are_refused():
     results, plans = synthetic([tuple("ABCDE"), tuple("BACDE")], seeds=2, noise=0.01, rng=np.random.default_rng(3))
     with pytest.raises(ValueError, match=r"no plan for the orders \['B > A > C > D > E'\]"):
         precedence(results, {"A > B > C > D > E": plans["A > B > C > D > E"]}, "score")
+
+
+_CLOCK = itertools.count()
+"""When each Tag first ran (a process-wide clock: the runs train one after another, inline)."""
+
+
+class Tag(Algorithm):
+    """Does nothing at AFTER_DATALOADER but note when it first ran there."""
+
+    events = frozenset({Event.AFTER_DATALOADER})
+    writes = frozenset()
+
+    def __init__(self) -> None:
+        self.first_ran: Optional[int] = None
+
+    def apply(self, event: Event, state: State, logger: Logger) -> None:
+        if self.first_ran is None:
+            self.first_ran = next(_CLOCK)
+
+
+class TagA(Tag):
+    pass
+
+
+class TagB(Tag):
+    pass
+
+
+class TagC(Tag):
+    pass
+
+
+TAG_EFFECTS = {("TagA", "TagB"): 0.04, ("TagB", "TagC"): -0.03}
+
+
+class Score(Callback):
+    """Logs 'score': 0.5 + each set pair effect whose first ran before its second + 0.01 x seed."""
+
+    def __init__(self, tags: list, seed: int) -> None:
+        self.tags, self.seed = tags, seed
+
+    def fit_end(self, state: State, logger: Logger) -> None:
+        ran = {type(tag).__name__: tag.first_ran for tag in self.tags}
+        score = 0.5 + 0.01 * self.seed + sum(e for (a, b), e in TAG_EFFECTS.items() if ran[a] < ran[b])
+        logger.log_metrics({"score": score})
+
+
+def scored_trainer(algorithms: list, seed: int) -> Trainer:
+    """One batch of the explorer's tiny experiment, scored by what ran first (:class:`Score`)."""
+    seed_all(seed)
+    return Trainer(SmallCNN(in_channels=1, num_classes=4, width=4), DataLoader(images(16), batch_size=8), "1ba",
+                   loss_fn=F.cross_entropy, algorithms=algorithms, callbacks=[Score(algorithms, seed)], seed=seed,
+                   progress_bar=False)
+
+
+def test_a_sweep_finds_the_pair_effects_of_what_ran(tmp_path):
+    sweep = Sweep(scored_trainer, [TagA(), TagB(), TagC()], seeds=range(2), metric="score",
+                  executor=InlineExecutor(), folder=tmp_path)
+    sweep.run()
+    table = sweep.precedence().set_index(["first", "second"])
+    assert set(table.index) == {("TagA", "TagB"), ("TagA", "TagC"), ("TagB", "TagC")}
+    assert (table["events"] == "after_dataloader").all()
+    for pair, effect in TAG_EFFECTS.items():
+        assert table.loc[pair, "effect"] == pytest.approx(effect)
+    assert table.loc[("TagA", "TagC"), "effect"] == pytest.approx(0, abs=1e-9)
+
+
+def test_past_eight_algorithms_a_sweep_samples_orders(tmp_path):
+    tags = [type(f"Tag{i}", (Tag,), {})() for i in range(9)]
+    with pytest.warns(UserWarning, match=r"9 algorithms have 362,880 orders: this sweep trains 64 permutations drawn "
+                                         r"at random .*pass orders=N to choose how many"):
+        sweep = Sweep(scored_trainer, tags, seeds=[0], executor=InlineExecutor(), folder=tmp_path / "a")
+    assert len(sweep.orders) == 64
+    assert len(Sweep(scored_trainer, tags, seeds=[0], orders=10, executor=InlineExecutor(),
+                     folder=tmp_path / "b").orders) == 10
