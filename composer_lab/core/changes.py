@@ -15,7 +15,7 @@ model around every call and raises :class:`UndeclaredWrite` at the call that cha
 from __future__ import annotations
 
 from contextlib import contextmanager
-from operator import attrgetter
+from operator import attrgetter, methodcaller
 from typing import Any, Iterator, NamedTuple, Optional
 
 import torch
@@ -23,12 +23,13 @@ from torch.optim import optimizer as _optimizer_hooks
 
 from composer_lab.core.event import Event
 
-__all__ = ["TRACKED_FIELDS", "FieldWatcher", "CheckedWatcher", "ModelHooks", "UndeclaredWrite", "declared_writes"]
+__all__ = ["TRACKED_FIELDS", "FieldWatcher", "CheckedWatcher", "ModelHooks", "UndeclaredWrite"]
 
 TRACKED_FIELDS = ("batch", "outputs", "loss", "model", "optimizers")
 
 _Tensor, _Module, _Optimizer = torch.Tensor, torch.nn.Module, torch.optim.Optimizer
 _version, _versions_and_flags = attrgetter("_version"), attrgetter("_version", "requires_grad")
+_lr = methodcaller("get", "lr")
 _CHANGING = type("Changing", (), {"_version": property(lambda self: object())})()  # (see _data_signature)
 
 # Events after which code outside the engine may have changed the model in place (a loaded
@@ -109,15 +110,7 @@ class ModelSignature(NamedTuple):
 
 
 _NOTHING = Fields((), (), [], ())
-
-
-def declared_writes(obj: Any, event: Event) -> Optional[frozenset]:
-    """The fields ``obj``'s ``writes`` declares at ``event``, or None: unknown (undeclared, an event
-    a dict leaves out, or a callback's own attribute of that name that is no frozenset)."""
-    writes = getattr(obj, "writes", None)
-    if type(writes) is dict:
-        writes = writes.get(event)
-    return writes if type(writes) is frozenset else None
+_new_fields = tuple.__new__  # (Fields' own __new__ is Python code, run twice per call: _new_fields(Fields, values))
 
 
 def _data_signature(value: Any, tensors: list) -> Any:
@@ -141,10 +134,9 @@ def _data_signature(value: Any, tensors: list) -> Any:
 
 def _learning_rates(optimizers: Any) -> list:
     """The learning rate of every parameter group of ``optimizers``, in order."""
-    lrs = []
-    for optimizer in optimizers:  # loops, not a comprehension: one Python call less
-        for group in optimizer.param_groups:
-            lrs.append(group.get("lr"))
+    lrs: list = []
+    for optimizer in optimizers:  # (a loop and a map, not a comprehension: no Python call, no bytecode per group)
+        lrs += map(_lr, optimizer.param_groups)
     return lrs
 
 
@@ -156,9 +148,9 @@ def _fields(state: Any) -> Fields:
     if (type(batch) is tuple and len(batch) == 2
             and type(outputs) is _Tensor is type(loss) is type(batch[0]) is type(batch[1])):
         versions = tuple(map(_version, flat := [*batch, outputs, loss]))
-        return Fields(objects, (versions[:2], versions[2:3], versions[3:], None, lrs), flat, versions)
+        return _new_fields(Fields, (objects, (versions[:2], versions[2:3], versions[3:], None, lrs), flat, versions))
     data = (_data_signature(batch, flat), _data_signature(outputs, flat), _data_signature(loss, flat), None, lrs)
-    return Fields(objects, data, flat, data[0] + data[1] + data[2])
+    return _new_fields(Fields, (objects, data, flat, data[0] + data[1] + data[2]))
 
 
 def _walk(model: Any, registered: int) -> Walk:
@@ -190,6 +182,7 @@ class FieldWatcher:
     def __init__(self, state: Any, hooks: ModelHooks) -> None:
         self.state, self.hooks = state, hooks
         self._fields, self._model, self._watching, self._trusted = _NOTHING, None, False, False
+        self._writes: Any = None  # (what the call under way declares at this event)
         self._event: Any = None
 
     def watch(self, event: Event) -> None:
@@ -207,12 +200,17 @@ class FieldWatcher:
         """Ready the check of ``obj``'s call: compared on the model unless its ``writes`` at this
         event leaves the model out (then trusted, and the model's signature is measured afresh
         before the next call compared on it, which is not blamed for what a trusted one did)."""
-        writes = declared_writes(obj, self._event)
-        self._watching = writes is None or "model" in writes
-        if not self._watching:
+        writes = getattr(obj, "writes", None)  # (a callback's own attribute may be anything)
+        if type(writes) is dict:  # declared event by event (an event left out: unknown)
+            writes = writes.get(self._event)
+        self._writes = writes
+        if type(writes) is frozenset and "model" not in writes:
+            self._watching = False
             self._trusted = True
-        elif self._trusted or not self._model_current():
-            self._model, self._trusted = self._signature(), False
+        else:
+            self._watching = True
+            if self._trusted or not self._model_current():
+                self._model, self._trusted = self._signature(), False
 
     def _model_current(self) -> bool:
         """Whether the last model signature still holds: no hook fired since (hooks installed)."""
@@ -260,14 +258,14 @@ class CheckedWatcher(FieldWatcher):
     then walks the parameters."""
 
     def before(self, obj: Any) -> None:
+        super().before(obj)
         self._obj, self._watching = obj, True
         if not self._model_current():
             self._model = self._signature()
 
     def changed(self) -> tuple[str, ...]:
-        fields = super().changed()
-        declared = declared_writes(self._obj, self._event)
-        undeclared = [] if declared is None else [field for field in fields if field not in declared]
+        fields, declared = super().changed(), self._writes
+        undeclared = [field for field in fields if field not in declared] if type(declared) is frozenset else []
         if undeclared:
             name, event = type(self._obj).__name__, self._event.value
             raise UndeclaredWrite(f"{name} changed {undeclared} at {event}, but its writes declares "

@@ -77,11 +77,14 @@ class Listeners:
         self.at: dict[Event, list] = {event: [] for event in Event}
         self.labels: dict[Event, tuple[str, ...]] = {event: () for event in Event}
 
-    def update(self, objects: Sequence[Any]) -> None:
-        """Take ``objects`` as the list, unless it holds the same objects as the last one."""
+    def at_event(self, objects: Sequence[Any], event: Event) -> list:
+        """Those of ``objects`` that listen at ``event``."""
         seen = self._seen
-        if len(objects) == len(seen) and not any(map(is_not, objects, seen)):
-            return
+        if len(objects) != len(seen) or any(map(is_not, objects, seen)):
+            self._update(objects)
+        return self.at[event]
+
+    def _update(self, objects: Sequence[Any]) -> None:
         self._seen, labels = list(objects), {id(obj): self._label(obj) for obj in objects}
         self.at = {event: [] for event in Event}
         for obj in objects:
@@ -232,7 +235,7 @@ class Engine:
         try:
             if event is _INIT:
                 self._run_callbacks(event, seq)  # on INIT, callbacks first
-            listening = self._listening(event)
+            listening = self._algorithms.at_event(self.state.algorithms, event)
             matched = self._matching(listening, event) if listening else []
             if len(matched) < len(listening) and trace.records_unmatched:
                 asked = self._algorithms.labels[event]  # the trace works out who said no when read
@@ -246,34 +249,36 @@ class Engine:
                 trace.record_event(seq, event, self.state, t0, asked)
         return traces
 
-    def _listening(self, event: Event) -> list:
-        """The algorithms that listen at ``event`` (the only ones asked ``match`` there)."""
-        algorithms = self.state.algorithms
-        if not algorithms:
-            return algorithms
-        self._algorithms.update(algorithms)
-        return self._algorithms.at[event]
-
     def _run_callbacks(self, event: Event, seq: int) -> None:
-        callbacks = self.state.callbacks
-        if callbacks:
-            self._callbacks.update(callbacks)
-            listening = self._callbacks.at[event]
-            if listening:
-                self._call_all(listening, "callback", "run_event", event, seq)
+        listening = self._callbacks.at_event(self.state.callbacks, event)
+        if listening:
+            self._call_all(listening, "callback", "run_event", event, seq)
 
     def _call_all(self, objs: Sequence[Any], kind: str, method: str, event: Event, seq: int) -> list:
         """Call ``method`` of each of ``objs`` in order and return what each returned; with the
-        trace on, record each call (:func:`_call_recorded`)."""
-        state, logger = self.state, self.logger
-        if not self.trace.recording:
+        trace on, record each call: its duration, exit code, error and the State fields it changed
+        (the watcher compares it with the state the previous call left; a call may fire an event,
+        as Composer allows, whose calls have a watcher of their own)."""
+        state, logger, trace = self.state, self.logger, self.trace
+        if not trace.recording:
             return [getattr(obj, method)(event, state, logger) for obj in objs]
         watcher = self._watcher or self._new_watcher()  # (None: an event fired from a call, which has its own)
-        self._watcher = None
+        self._watcher, codes, value, batch = None, [], event._value_, state.timestamp.batch
         watcher.watch(event)
         try:
-            return [_call_recorded(self.trace, watcher, obj, kind, method, order, event, seq, state, logger)
-                    for order, obj in enumerate(objs)]
+            for order, obj in enumerate(objs):  # (written flat: it runs for every call)
+                watcher.before(obj)
+                error, t0 = None, _now()
+                try:
+                    exit_code = getattr(obj, method)(event, state, logger)
+                except BaseException as err:
+                    exit_code, error = None, err
+                trace.add_call((seq, value, batch, trace.label(obj), kind, order, exit_code, _now() - t0,
+                                watcher.changed(), None if error is None else f"{type(error).__name__}: {error}"))
+                if error is not None:
+                    raise error
+                codes.append(exit_code)
+            return codes
         finally:
             watcher.release()  # (also when a call raised: the last traceback holds no loss or graph)
             self._watcher = watcher
@@ -300,25 +305,6 @@ class Engine:
                 errors.append(err)
         if errors:
             raise errors[0]
-
-
-def _call_recorded(trace: Trace, watcher: FieldWatcher, obj: Any, kind: str, method: str, order: int,
-                   event: Event, seq: int, state: State, logger: Logger) -> Any:
-    """Call ``obj``'s ``method`` and record it: its duration, exit code, error and the State
-    fields it changed (the watcher compares it with the state the previous call left; a call may
-    fire an event, as Composer allows, whose calls have a watcher of their own)."""
-    watcher.before(obj)
-    error, t0 = None, _now()
-    try:
-        exit_code = getattr(obj, method)(event, state, logger)
-    except BaseException as err:
-        exit_code, error = None, err
-    duration = _now() - t0
-    trace.add_call((seq, event._value_, state.timestamp.batch, trace.label(obj), kind, order, exit_code, duration,
-                    watcher.changed(), None if error is None else f"{type(error).__name__}: {error}"))
-    if error is not None:
-        raise error
-    return exit_code
 
 
 def _pass_specs(specs: Optional[PassSpec]) -> list[tuple[AlgorithmPass, int]]:
