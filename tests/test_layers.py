@@ -11,7 +11,7 @@ PACKAGE = Path(composer_lab.__file__).parent
 LAYERS = {
     0: {"core", "tables", "figures"},
     1: {"algorithms", "data", "models", "functional"},
-    2: {"trainer"},
+    2: {"trainer", "tracking"},
     3: {"explore"},
     4: {"lab"},
     5: {"cli", "notebook_check", "__main__", "__init__"},

@@ -34,6 +34,7 @@ from composer_lab.trainer.metrics import EvalMetrics, Throughput
 from composer_lab.trainer.progress import ProgressBar
 from composer_lab.trainer.rng import seed_all
 from composer_lab.trainer.run import Run, default_run_name, run_config
+from composer_lab.tracking.tracker import attach_trackers, tell_failure
 
 __all__ = ["Trainer", "DEFAULT_LR", "THROUGHPUT_EVERY"]
 
@@ -122,6 +123,7 @@ class Trainer:
         self.checkpoint_saver = (CheckpointSaver(save_folder, Interval(save_interval, "save_interval"),
                                                  self.checkpoint_payload) if save_folder is not None else None)
         self.state.callbacks = [*user_callbacks, *[cb for cb in (self.progress_bar, self.checkpoint_saver) if cb]]
+        attach_trackers(self)  # (TensorBoardLogger, MLflowLogger: they read the run and hear of a failed fit)
         self.eval_metrics = EvalMetrics()
         self.throughput = Throughput()
         self.scaler = make_grad_scaler(precision, device)
@@ -361,6 +363,7 @@ class Trainer:
         if not applied:
             self.scaler = abandon_batch(self.state, self.scaler)
         note_failure(self.trace, err, self.engine.event, self.state.timestamp, applied)
+        tell_failure(self, err)
 
     # -- eval and predict -----------------------------------------------------------------------
     def eval(self, eval_dataloader: Any = None) -> dict[str, float]:
