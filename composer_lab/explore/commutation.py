@@ -6,11 +6,14 @@ it, the global random generators in the same state for both) and what each order
 compared: batch inputs and targets, outputs, loss, model parameters and buffers, optimizer state.
 The live run is not touched: it goes on as if nothing had been checked.
 
-On an after-event that FILO reverses (AFTER_LOSS closing BEFORE_LOSS), a pair that also ran at
-the opening event of the same step undoes its changes last-in-first-out: swapping the two in the
-list swaps both events together, so the opening event's comparison is the one that counts and
-the after-event is not compared on its own (from the state one list order built, the other
-order's undo would restore the wrong originals, an order the engine never runs).
+The pairs are those the factory's trainer runs, under its own passes, in the order it runs them.
+On an after-event where the passes run a pair in the reverse of its order at the opening event
+(AFTER_LOSS closing BEFORE_LOSS, as FILO does), the pair undoes its changes last-in-first-out:
+swapping the two in the list swaps both events together, so the opening event's comparison is the
+one that counts and the after-event is not compared on its own (from the state one list order
+built, the other order's undo would restore the wrong originals, an order the engine never runs).
+Those pairs are listed in the table's ``attrs['judged_at_opening']``. Where the passes keep a
+pair's order at the after-event (FILO removed, a custom pass list), it is compared there too.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from matplotlib.patches import Rectangle
 from composer_lab.core.algorithm import Algorithm
 from composer_lab.core.event import Event
 from composer_lab.core.logger import Logger
-from composer_lab.core.passes import is_filo_reversed
+from composer_lab.core.passes import pass_name
 from composer_lab.core.state import State
 from composer_lab.explore.orderings import algorithm_names, check_algorithms
 from composer_lab.explore.trials import check_trainer
@@ -41,6 +44,7 @@ FIELDS = ("inputs", "targets", "outputs", "loss", "model", "optimizer")
 TOLERANCE = 1e-5
 """Largest absolute difference still counted as equal (float rounding of reordered arithmetic)."""
 COLUMNS = ["event", "first", "second", "field", "max_abs_diff", "points", "commutes"]
+JUDGED_COLUMNS = ["event", "first", "second", "opening_event"]
 
 
 def commutation(make_trainer: Callable[[list, int], Any], algorithms: Sequence[Algorithm], seed: int = 0,
@@ -53,12 +57,16 @@ def commutation(make_trainer: Callable[[list, int], Any], algorithms: Sequence[A
     the order the engine ran them) and field: the largest absolute difference over the points
     checked, how many points, and ``commutes`` (``max_abs_diff <= tolerance``). A pair commutes
     at an event when every field does; shapes that differ count as an infinite difference.
+    ``attrs``: ``tolerance``, ``passes`` (the names of the passes the trainer ran) and
+    ``judged_at_opening`` (the pairs an after-event undid last-in-first-out, judged at the
+    opening event: see the module's docstring).
     """
     algorithms = check_algorithms(algorithms)
     if isinstance(batches, bool) or not isinstance(batches, int) or batches < 1:
         raise ValueError(f"batches is how many batches to train while checking, a positive int, got {batches!r}")
     copies = copy.deepcopy(algorithms)
-    trainer = check_trainer(make_trainer(copies, seed), make_trainer)
+    trainer = check_trainer(make_trainer(copies, seed), make_trainer, copies)
+    passes = [pass_name(p) for p in trainer.engine.passes]
     probe = _Probe(trainer.state, dict(zip(map(id, copies), algorithm_names(copies))))
     trainer.engine.register_pass(probe)  # last: it sees each event's final order, before anything is applied
     try:
@@ -67,7 +75,7 @@ def commutation(make_trainer: Callable[[list, int], Any], algorithms: Sequence[A
         trainer.engine.remove_pass(probe)
         trainer.close()
     table = probe.table(tolerance)
-    table.attrs["tolerance"] = tolerance
+    table.attrs.update(tolerance=tolerance, passes=passes, judged_at_opening=probe.judged_at_opening())
     return table
 
 
@@ -81,30 +89,28 @@ class _Probe:
         self.state = state
         self.names = names
         self.diffs: dict[tuple[str, str, str, str], list[float]] = {}
-        self._last: dict[Event, set[frozenset]] = {}  # the pairs that met at each event's last firing
+        self.judged: dict[tuple[str, str, str, str], None] = {}  # (after-event, first, second, opening event)
+        self._last: dict[Event, set[tuple[int, int]]] = {}  # the pairs (in order) at each event's last firing
 
     def __call__(self, algorithms: Sequence[Algorithm], event: Event) -> Sequence[Algorithm]:
         pairs = list(itertools.combinations(algorithms, 2))
-        self._last[event] = {frozenset((id(a), id(b))) for a, b in pairs}
-        if is_filo_reversed(event):
-            opened = self._last.get(_opening(event), set())
-            pairs = [(a, b) for a, b in pairs if frozenset((id(a), id(b))) not in opened]
-        for a, b in pairs:
+        self._last[event] = {(id(a), id(b)) for a, b in pairs}
+        opening = event.opening
+        mirrored = self._last.get(opening, set()) if opening is not None else set()
+        for a, b in [(a, b) for a, b in pairs if (id(b), id(a)) in mirrored]:
+            self.judged[(event.value, self.names[id(a)], self.names[id(b)], opening.value)] = None
+        for a, b in [(a, b) for a, b in pairs if (id(b), id(a)) not in mirrored]:
             for field, diff in compare_orders(self.state, event, a, b).items():
                 self.diffs.setdefault((event.value, self.names[id(a)], self.names[id(b)], field), []).append(diff)
         return algorithms
 
+    def judged_at_opening(self) -> pd.DataFrame:
+        """The pairs not compared at an after-event that undid them last-in-first-out."""
+        return pd.DataFrame(list(self.judged), columns=JUDGED_COLUMNS)
+
     def table(self, tolerance: float) -> pd.DataFrame:
         rows = [(*key, max(diffs), len(diffs), max(diffs) <= tolerance) for key, diffs in self.diffs.items()]
         return pd.DataFrame(rows, columns=COLUMNS)
-
-
-def _opening(event: Event) -> Optional[Event]:
-    """The before-event an after-event closes (AFTER_LOSS -> BEFORE_LOSS), if there is one."""
-    try:
-        return Event(event.value.replace("after_", "before_", 1))
-    except ValueError:
-        return None
 
 
 def compare_orders(state: State, event: Event, a: Algorithm, b: Algorithm) -> dict[str, float]:

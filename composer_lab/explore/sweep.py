@@ -88,7 +88,7 @@ class Sweep:
         self.seeds = _check_seeds(seeds)
         self.metric = metric
         self.names = algorithm_names(self.algorithms)
-        self.orders, self.out_of_question = _orders(orders, self.algorithms, self.names)
+        self.orders, self.out_of_question, self.passes = _orders(orders, self.algorithms, self.names)
         self.executor = executor
         self.higher_is_better = higher_is_better
         check_sendable(executor, make_trainer=make_trainer, algorithms=self.algorithms)
@@ -112,7 +112,7 @@ class Sweep:
     # -- the trials ---------------------------------------------------------------------------
     def trials(self) -> list[Trial]:
         """Every (order, seed) pair, orders first."""
-        return [Trial(order.label, order.positions, seed, _key(order.positions, seed), "")
+        return [Trial(order.label, order.positions, seed, _key(order.positions, seed), "", tuple(self.passes))
                 for order in self.orders for seed in self.seeds]
 
     def pending(self) -> list[Trial]:
@@ -140,10 +140,12 @@ class Sweep:
              on_result: Optional[Callable[[dict], None]] = None, stop: Optional[threading.Event] = None) -> Decision:
         """Race the orders over the seeds (:mod:`~composer_lab.explore.race`): every order still
         racing trains the next seed; after each seed, an order worse than the best (paired t-test)
-        or equivalent to it within +-``delta`` (paired TOST), both Holm-adjusted at ``alpha``, stops
-        training. Returns the :class:`~composer_lab.explore.race.Decision`: the decision table and
-        one sentence. Runs already in the folder count; run again to go on where it stopped.
-        ``on_result`` and ``stop`` as in :meth:`run`."""
+        or equivalent to it within +-``delta`` (paired TOST), both Holm-adjusted across the orders
+        and tested at a level that keeps the error over all looks at ``alpha``, stops training.
+        Returns the :class:`~composer_lab.explore.race.Decision`: the decision table (order as
+        run, list order, n, mean, difference from the best with its interval, adjusted p-values,
+        verdict) and one sentence. Runs already in the folder count; race again to go on where it
+        stopped. ``on_result`` and ``stop`` as in :meth:`run`."""
         labels = self.labels
         race = Race(race_values(self.results, labels, self.seeds, self.metric),
                     {(trial.order, trial.seed): trial for trial in self.trials()}, self.metric, self.names, delta,
@@ -156,7 +158,10 @@ class Sweep:
 
         self._collect(race.next_trial, record, stop, "race")
         self.results.to_parquet(self.folder.path / "results.parquet", index=False)
-        return race.decision()
+        decision = race.decision()
+        decision.table.insert(1, "list_order", decision.table["order"].map(
+            {order.label: order.list_order for order in self.orders}))
+        return decision
 
     def _collect(self, next_trial: Callable[[], Optional[Trial]], on_result: Optional[Callable[[dict], None]],
                  stop: Optional[threading.Event], method: str) -> None:
@@ -314,9 +319,11 @@ class SweepOrder(NamedTuple):
     positions: tuple[int, ...]
 
 
-def _orders(orders: Any, algorithms: list[Algorithm], names: list[str]) -> tuple[list[SweepOrder], pd.DataFrame]:
-    """The orders to train and the algorithms out of the question; refused when there is
-    nothing to compare (one order only) or two orders run alike."""
+def _orders(orders: Any, algorithms: list[Algorithm],
+            names: list[str]) -> tuple[list[SweepOrder], pd.DataFrame, list[str]]:
+    """The orders to train, the algorithms out of the question and the names of the passes the
+    labels assume (each trial checks its trainer runs them); refused when there is nothing to
+    compare (one order only) or two orders run alike."""
     if orders is None or isinstance(orders, int) and not isinstance(orders, bool):
         orders = _every_or_sampled(algorithms, orders)
     if isinstance(orders, pd.DataFrame):
@@ -324,11 +331,12 @@ def _orders(orders: Any, algorithms: list[Algorithm], names: list[str]) -> tuple
         out = orders.attrs.get("out_of_question", pd.DataFrame(columns=["algorithm", "reason"]))
         single = len(orders) == 1 and int(orders["n_permutations"].iloc[0]) == math.factorial(len(algorithms))
         merged = bool(orders.attrs.get("free_events"))  # free events, yet one order: the commutation merged them
+        passes = list(orders.attrs.get("passes", []))
     else:
         asked = question(algorithms)
         result = [SweepOrder(asked.label(p), order_label([names[i] for i in p]), p)
                   for p in (_positions(order, len(algorithms)) for order in orders)]
-        out, single, merged = asked.out, not asked.free, False
+        out, single, merged, passes = asked.out, not asked.free, False, asked.passes
     if single:
         raise ValueError(_one_order_message(names, out, merged))
     if not result:
@@ -339,7 +347,7 @@ def _orders(orders: Any, algorithms: list[Algorithm], names: list[str]) -> tuple
             raise ValueError(f"the orders {seen[order.label].positions} and {order.positions} run alike "
                              f"({order.label}); give each order once: orderings(algorithms) lists one of each kind")
         seen[order.label] = order
-    return result, out
+    return result, out, passes
 
 
 def _every_or_sampled(algorithms: list[Algorithm], count: Optional[int]) -> pd.DataFrame:

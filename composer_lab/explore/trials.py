@@ -8,41 +8,67 @@ into the sweep folder, so a run that finished is never lost, whatever happens to
 from __future__ import annotations
 
 import copy
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import pandas as pd
 import torch
 
 from composer_lab.core.algorithm import Algorithm
+from composer_lab.core.passes import pass_name
+from composer_lab.explore.orderings import algorithm_names
 from composer_lab.explore.results import SweepFolder
 from composer_lab.trainer.trainer import Trainer
 
-__all__ = ["Trial", "run_trial", "check_trainer", "final_metrics"]
+__all__ = ["Trial", "run_trial", "check_trainer", "check_passes", "final_metrics"]
+
+_ONE_AT_A_TIME = threading.Lock()
+"""Held while a trial trains: two in one process would seed each other's runs."""
 
 
 @dataclass(frozen=True)
 class Trial:
     """One (order, seed) pair of a sweep. ``attempt`` tells one submission from another, so an
-    executor that caches results by their arguments (Dask) never answers with an old one."""
+    executor that caches results by their arguments (Dask) never answers with an old one;
+    ``passes``: the names of the passes the order's label assumes (empty: not checked)."""
 
     order: str
     positions: tuple[int, ...]
     seed: int
     key: str
     attempt: str
+    passes: tuple[str, ...] = ()
 
 
-def check_trainer(trainer: Any, make_trainer: Callable) -> Trainer:
-    """``trainer`` if it is a Trainer, else a TypeError naming the factory."""
+def check_trainer(trainer: Any, make_trainer: Callable, algorithms: Optional[Sequence[Algorithm]] = None) -> Trainer:
+    """``trainer`` if it is a Trainer holding exactly ``algorithms`` (the very objects, in that
+    order), else a TypeError / ValueError naming the factory: a factory that drops, copies or
+    reorders what it is given would train one order under every label."""
+    name = getattr(make_trainer, "__qualname__", type(make_trainer).__name__)
     if not isinstance(trainer, Trainer):
-        name = getattr(make_trainer, "__qualname__", type(make_trainer).__name__)
         raise TypeError(f"make_trainer ({name}) returned {type(trainer).__name__}, not a Trainer; the factory "
                         f"must build and return the Trainer for the algorithms and seed it is given: "
                         f"def make_trainer(algorithms, seed): return Trainer(..., algorithms=algorithms, seed=seed)")
+    held = list(trainer.state.algorithms)
+    if algorithms is not None and [id(a) for a in held] != [id(a) for a in algorithms]:
+        raise ValueError(f"make_trainer ({name}) built a Trainer holding {algorithm_names(held) or 'no algorithms'}, "
+                         f"not the algorithms it was given ({algorithm_names(algorithms)}, in that order): every order "
+                         f"would train alike. Pass them through as they come: Trainer(..., algorithms=algorithms)")
     return trainer
+
+
+def check_passes(trainer: Trainer, make_trainer: Callable, passes: Sequence[str]) -> None:
+    """A ValueError if ``trainer`` runs other passes than ``passes`` (names; empty: unchecked),
+    under which the sweep's orders were named: the labels would not say what ran."""
+    running = [pass_name(p) for p in trainer.engine.passes]
+    if passes and running != list(passes):
+        name = getattr(make_trainer, "__qualname__", type(make_trainer).__name__)
+        raise ValueError(f"make_trainer ({name}) builds a Trainer whose engine runs the passes {running}, but the "
+                         f"sweep's orders were worked out under {list(passes)}, so their labels would not say what "
+                         f"ran: pass orders=orderings(algorithms, passes=<the passes the factory sets>)")
 
 
 def final_metrics(metrics: pd.DataFrame) -> dict[str, float]:
@@ -53,17 +79,23 @@ def final_metrics(metrics: pd.DataFrame) -> dict[str, float]:
 
 def run_trial(make_trainer: Callable[[list, int], Any], algorithms: Sequence[Algorithm], trial: Trial,
               folder: str, metric: str) -> dict[str, Any]:
-    """Train ``algorithms`` (copied, in this order) with ``trial.seed``; save the run and its row."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # runs share the cores with each other, not with their own threads
-    try:
-        trainer = check_trainer(make_trainer(copy.deepcopy(list(algorithms)), trial.seed), make_trainer)
-        start = time.perf_counter()
-        trainer.fit()
-        seconds = time.perf_counter() - start
-        trainer.close()
-    finally:
-        torch.set_num_threads(threads)
+    """Train ``algorithms`` (copied, in this order) with ``trial.seed``; save the run and its row.
+
+    A trial sets process-wide state (the global random generators, torch's thread count), so
+    trials in one process train one at a time (a Dask worker with several threads, say)."""
+    with _ONE_AT_A_TIME:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # runs share the cores with each other, not with their own threads
+        try:
+            copies = copy.deepcopy(list(algorithms))
+            trainer = check_trainer(make_trainer(copies, trial.seed), make_trainer, copies)
+            check_passes(trainer, make_trainer, trial.passes)
+            start = time.perf_counter()
+            trainer.fit()
+            seconds = time.perf_counter() - start
+            trainer.close()
+        finally:
+            torch.set_num_threads(threads)
     final = final_metrics(trainer.metrics)
     if metric not in final:
         raise ValueError(f"the runs do not record the metric {metric!r}; they record {sorted(final)}: pass one "

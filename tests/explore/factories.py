@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
+from composer_lab.core.callback import Callback
 from composer_lab.models import SmallCNN
 from composer_lab.trainer import Trainer
 from composer_lab.trainer.rng import seed_all
@@ -59,3 +60,57 @@ def dying_while(flag: str, algorithms: list, seed: int) -> Trainer:
     if seed == 1 and os.path.exists(flag):
         os._exit(1)
     return make_trainer(algorithms, seed)
+
+
+class Score(Callback):
+    """Logs ``value`` as the metric 'score' when the fit ends."""
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def fit_end(self, state, logger) -> None:
+        logger.log_metrics({"score": self.value})
+
+
+def scored(effects: dict, noise: float, algorithms: list, seed: int) -> Trainer:
+    """An experiment of known effects: one batch of :func:`make_trainer`'s, then 'score' =
+    ``effects`` of the list order ('CutOut > MixUp') + a seed effect shared by every order (sd 0.05)
+    + the run's own noise (sd ``noise``), both fixed by the seed, so a race's verdicts can be
+    checked against the truth."""
+    import random
+
+    order = " > ".join(type(a).__name__ for a in algorithms)
+    shared, own = random.Random(seed).gauss(0, 1), random.Random(f"{order}/{seed}").gauss(0, 1)
+    value = effects[order] + 0.05 * shared + noise * own
+    seed_all(seed)
+    train = DataLoader(images(16), batch_size=8, shuffle=True)
+    return Trainer(SmallCNN(in_channels=1, num_classes=4, width=4), train, "1ba", loss_fn=F.cross_entropy,
+                   algorithms=algorithms, callbacks=[Score(value)], seed=seed, progress_bar=False)
+
+
+def dying_once(flag: str, algorithms: list, seed: int) -> Trainer:
+    """:func:`make_trainer`, but the first run at seed 1 that finds the file ``flag`` removes it
+    and kills its worker process (a worker lost once, mid-sweep)."""
+    import os
+
+    if seed == 1 and os.path.exists(flag):
+        os.remove(flag)
+        os._exit(1)
+    return make_trainer(algorithms, seed)
+
+
+def dropping(algorithms: list, seed: int) -> Trainer:
+    """:func:`make_trainer` that ignores the algorithms it is given (a broken factory)."""
+    return make_trainer([], seed)
+
+
+def reordering(algorithms: list, seed: int) -> Trainer:
+    """:func:`make_trainer` that trains the algorithms it is given in reverse (a broken factory)."""
+    return make_trainer(algorithms[::-1], seed)
+
+
+def with_passes(passes: list, algorithms: list, seed: int) -> Trainer:
+    """:func:`make_trainer` whose engine runs ``passes``."""
+    trainer = make_trainer(algorithms, seed)
+    trainer.engine.passes = passes
+    return trainer

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
 from composer_lab.algorithms import CutMix, CutOut, LabelSmoothing, MixUp, SelectiveBackprop
 from composer_lab.core import Event
+from composer_lab.core.passes import COMPOSER_PASSES, sort_selective_backprop_first
 from composer_lab.explore import commutation, plot_commutation
 from composer_lab.explore.commutation import FIELDS, compare_orders
 from composer_lab.trainer.rng import rng_state
-from tests.explore.factories import make_trainer
+from tests.explore.factories import dropping, make_trainer, with_passes
 
 
 def _verdicts(table):
@@ -25,6 +28,37 @@ def test_two_label_smoothings_commute():
     targets = table[table["field"] == "targets"].iloc[0]
     assert 0 < targets["max_abs_diff"] <= table.attrs["tolerance"] or targets["max_abs_diff"] == 0
     assert targets["points"] == 2
+    assert table.attrs["judged_at_opening"].values.tolist() == [
+        ["after_loss", "LabelSmoothing#2", "LabelSmoothing", "before_loss"]]  # said, not silently skipped
+
+
+def test_the_passes_the_factorys_trainer_runs_decide_what_is_compared():
+    smoothings = [LabelSmoothing(0.1), LabelSmoothing(0.3)]
+    # FILO removed: the after-event keeps the list order, so it is no LIFO undo: compared there too.
+    no_filo = commutation(functools.partial(with_passes, [sort_selective_backprop_first]), smoothings, batches=2)
+    assert no_filo.attrs["passes"] == ["sort_selective_backprop_first"]
+    assert no_filo.attrs["judged_at_opening"].empty
+    verdicts = _verdicts(no_filo)
+    assert set(verdicts) == {("before_loss", "LabelSmoothing", "LabelSmoothing#2"),
+                             ("after_loss", "LabelSmoothing", "LabelSmoothing#2")}
+    assert not verdicts[("after_loss", "LabelSmoothing", "LabelSmoothing#2")]  # each restores another's original
+    # Composer's passes reverse AFTER_LOSS as FILO does: judged at BEFORE_LOSS, and said so.
+    composer = commutation(functools.partial(with_passes, list(COMPOSER_PASSES)), smoothings, batches=2)
+    assert set(_verdicts(composer)) == {("before_loss", "LabelSmoothing", "LabelSmoothing#2")}
+    assert composer.attrs["judged_at_opening"]["event"].tolist() == ["after_loss"]
+    # A custom pass that reverses every event keeps the pair's order from before_loss to after_loss.
+    reversed_everywhere = commutation(functools.partial(with_passes, [_reverse]), smoothings, batches=2)
+    assert set(_verdicts(reversed_everywhere)) == {("before_loss", "LabelSmoothing#2", "LabelSmoothing"),
+                                                   ("after_loss", "LabelSmoothing#2", "LabelSmoothing")}
+
+
+def _reverse(algorithms, event):
+    return algorithms[::-1]
+
+
+def test_a_factory_that_drops_its_algorithms_is_refused():
+    with pytest.raises(ValueError, match=r"make_trainer \(dropping\) built a Trainer holding no algorithms"):
+        commutation(dropping, [CutOut(), MixUp()], batches=1)
 
 
 def test_cutout_and_selective_backprop_do_not_commute_after_the_dataloader():

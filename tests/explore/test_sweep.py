@@ -12,12 +12,13 @@ import pytest
 from scipy import stats
 
 from composer_lab.algorithms import CutOut, LabelSmoothing, MixUp, SelectiveBackprop
-from composer_lab.explore import InlineExecutor, Sweep
+from composer_lab.core.passes import set_filo_order
+from composer_lab.explore import InlineExecutor, Sweep, orderings
 from composer_lab.explore.results import SweepFolder
 from composer_lab.explore.sweep import SweepOrder, _key
 from composer_lab.explore.stats import seeds_needed
 from tests.explore import factories
-from tests.explore.factories import failing_while, make_trainer, not_a_trainer, slow
+from tests.explore.factories import dropping, failing_while, make_trainer, not_a_trainer, reordering, slow, with_passes
 
 METRIC = "metrics/eval/Accuracy"
 MIXUP_FIRST, CUTOUT_FIRST = "after_dataloader: MixUp > CutOut", "after_dataloader: CutOut > MixUp"
@@ -231,4 +232,28 @@ def test_a_question_with_one_order_is_refused_with_why_and_how_to_free_it(tmp_pa
     with pytest.raises(ValueError, match=r"the orders \(0, 1\) and \(0, 1\) run alike \(after_dataloader: MixUp > "
                                          r"CutOut\); give each order once"):
         Sweep(make_trainer, [CutOut(), MixUp()], orders=[(0, 1), (0, 1)], folder=tmp_path)
+
+
+# -- the factory is checked -------------------------------------------------------------------
+@pytest.mark.parametrize("factory, held", [(dropping, "no algorithms"), (reordering, r"\['MixUp', 'CutOut'\]")])
+def test_a_factory_that_drops_or_reorders_its_algorithms_is_refused_before_anything_is_ranked(tmp_path, factory,
+                                                                                            held):
+    sweep = Sweep(factory, [CutOut(), MixUp()], seeds=[0, 1], executor=InlineExecutor(), folder=tmp_path)
+    with pytest.raises(ValueError, match=rf"make_trainer \({factory.__name__}\) built a Trainer holding {held}, not "
+                                         r"the algorithms it was given \(\['CutOut', 'MixUp'\], in that order\): "
+                                         r"every order would train alike. Pass them through as they come"):
+        sweep.run()
+    assert sweep.folder.rows() == {}
+
+
+def test_a_factory_whose_trainer_runs_other_passes_than_the_labels_assume_is_refused(tmp_path):
+    unpinned = functools.partial(with_passes, [set_filo_order])
+    sweep = Sweep(unpinned, [CutOut(), MixUp()], seeds=[0], executor=InlineExecutor(), folder=tmp_path / "a")
+    with pytest.raises(ValueError, match=r"runs the passes \['set_filo_order'\], but the sweep's orders were worked "
+                                         r"out under \['set_filo_order', 'sort_selective_backprop_first', .*pass "
+                                         r"orders=orderings\(algorithms, passes=<the passes the factory sets>\)"):
+        sweep.run()
+    orders = orderings([CutOut(), MixUp()], passes=[set_filo_order])
+    assert len(Sweep(unpinned, [CutOut(), MixUp()], seeds=[0], orders=orders, executor=InlineExecutor(),
+                     folder=tmp_path / "b").run()) == 2
 
