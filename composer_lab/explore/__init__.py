@@ -7,15 +7,22 @@
 - :class:`Sweep`: every order x every seed, through any ``concurrent.futures``-style executor
   (a local process pool by default, a Dask ``Client`` on a cluster), ranked with confidence
   intervals and paired differences; runs saved as they end, resumable;
-- :func:`diff_runs`: which calls moved, appeared or vanished between two runs' traces.
+- :func:`diff_runs`: which calls moved, appeared or vanished between two runs' traces;
+- :func:`rank_orders` / :func:`plot_ranking`: a ranking of orders from any results frame (what
+  :meth:`Sweep.ranking` returns), :func:`precedence`: which pairs' relative order matters, and
+  :mod:`~composer_lab.explore.stats`: the paired tests, TOST, Holm, Friedman and seeds_needed
+  behind them.
 """
 
+from composer_lab.explore import stats
 from composer_lab.explore.commutation import commutation, plot_commutation
 from composer_lab.explore.diff import diff_runs
 from composer_lab.explore.executors import InlineExecutor, local_pool
 from composer_lab.explore.orderings import algorithm_names, order_label, orderings
+from composer_lab.explore.precedence import precedence
+from composer_lab.explore.ranking import plot_ranking, rank_orders
 from composer_lab.explore.sweep import Sweep
 
 __all__ = ["orderings", "algorithm_names", "order_label", "commutation", "plot_commutation", "Sweep", "local_pool",
            "InlineExecutor",
-           "diff_runs"]
+           "diff_runs", "rank_orders", "plot_ranking", "precedence", "stats"]

@@ -58,8 +58,9 @@ def precedence(results: pd.DataFrame, plans: Mapping[str, Mapping[str, Sequence[
     data = results[["order", "seed", metric]].dropna()
     missing = sorted(set(data["order"]) - set(plans))
     if missing:
-        raise ValueError(f"no plan for the orders {missing}: plans must say what each order of results runs "
-                         f"({{event: [names in run order]}}), e.g. question(algorithms).plans(positions)")
+        raise ValueError(f"no plan for the orders {missing}: plans must say what each order in results runs, "
+                         f"{{event: [names in run order]}} (orderings.question(algorithms).plans(positions)); "
+                         f"Sweep.precedence() builds them from the sweep's orders")
     if data.empty:
         raise ValueError(f"no finished run records {metric!r}: train the sweep first (run() or race())")
     terms = _terms({order: plans[order] for order in dict.fromkeys(data["order"])}, names)

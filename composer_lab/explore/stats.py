@@ -134,7 +134,7 @@ def seeds_needed(diffs: np.ndarray, delta: float, alpha: float = 0.05, power: fl
     d = _finite(diffs)
     if len(d) < 2:
         raise ValueError(f"seeds_needed estimates the spread of the paired differences, so it needs at least 2 "
-                         f"seeds of each order, got {len(d)}; run the sweep with 2 or more seeds first")
+                         f"pairs (seeds both orders finished), got {len(d)}; run the sweep with 2 or more seeds first")
     if _zero_spread(d):
         return 2
     effect = delta / float(d.std(ddof=1))

@@ -103,7 +103,7 @@ def test_seeds_needed_gives_the_power_asked_for():
 
 
 def test_seeds_needed_refuses_what_it_cannot_estimate():
-    with pytest.raises(ValueError, match="at least 2 seeds"):
+    with pytest.raises(ValueError, match=r"at least 2 pairs \(seeds both orders finished\), got 1"):
         seeds_needed(np.array([0.1]), delta=0.01)
     with pytest.raises(ValueError, match="alpha must lie in"):
         seeds_needed(np.zeros(3), delta=0.01, alpha=1.5)
