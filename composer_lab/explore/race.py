@@ -140,6 +140,8 @@ def answer(table: pd.DataFrame, delta: float, metric: str, names: Sequence[str])
     verdicts = table.set_index("order")["verdict"]
     others = verdicts[verdicts != "best"]
     best = verdicts.index[verdicts == "best"][0] if (verdicts == "best").any() else None
+    if best is None:
+        return "racing: no verdict yet (the first comes once every order has min_seeds seeds); race again to go on"
     if (others == "racing").any():
         return (f"racing: {others.isin(DECIDED).sum()} of {len(others)} orders decided against the best so far "
                 f"after {seeds} seeds; race again to go on (finished runs are kept)")
