@@ -100,6 +100,20 @@ class Run:
         return cls(info["name"], info.get("config", {}), Trace.load(folder / "trace"),
                    pd.read_parquet(folder / "metrics.parquet"), _load_rank_traces(folder / "ranks"))
 
+    def to_tensorboard(self, log_dir: Union[str, os.PathLike]) -> str:
+        """Write this run to TensorBoard event files in ``log_dir`` (the ``tensorboard`` extra; see
+        :func:`~composer_lab.tracking.run_to_tensorboard`); returns the folder."""
+        from composer_lab.tracking.tensorboard_logger import run_to_tensorboard
+
+        return run_to_tensorboard(self, log_dir)
+
+    def to_mlflow(self, tracking_uri: Optional[str] = None, experiment_name: str = "composer_lab") -> str:
+        """Log this run to MLflow once (the ``mlflow`` extra; see
+        :func:`~composer_lab.tracking.run_to_mlflow`); returns the MLflow run's id."""
+        from composer_lab.tracking.mlflow_export import run_to_mlflow
+
+        return run_to_mlflow(self, tracking_uri, experiment_name)
+
 
 def _load_rank_traces(ranks: Path) -> Optional[Mapping[str, pd.DataFrame]]:
     """The rank traces in ``ranks`` (:meth:`RankTraces.load`, read when asked); the frames of a

@@ -1,0 +1,57 @@
+"""TensorBoardLogger and Run.to_tensorboard, read back with tensorboard's EventAccumulator:
+every metric row as a scalar at its batch, across fits and failures; a log_dir that cannot be
+written is refused before training."""
+
+from __future__ import annotations
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from composer_lab.tracking import TensorBoardLogger
+from composer_lab.trainer.run import Run
+from tests.tracking.conftest import histories, tiny_trainer
+from tests.tracking.test_mlflow_logger import FailAt
+
+
+def scalars(log_dir) -> dict:
+    """Every scalar tag's ``(step, value)`` pairs, by step, from the event files in ``log_dir``."""
+    events = EventAccumulator(str(log_dir), size_guidance={"scalars": 0})
+    events.Reload()
+    return {tag: sorted((e.step, e.value) for e in events.Scalars(tag)) for tag in events.Tags()["scalars"]}
+
+
+def approx(history: dict) -> dict:
+    """TensorBoard keeps float32: the same pairs, to float32's precision."""
+    return {name: [(step, pytest.approx(value, rel=1e-6)) for step, value in pairs] for name, pairs in history.items()}
+
+
+def test_the_metrics_are_written_as_scalars_at_their_steps(tmp_path):
+    trainer = tiny_trainer([TensorBoardLogger(tmp_path / "tb", flush_interval=2)])
+    trainer.fit()
+    expected = histories(trainer.metrics)
+    assert set(expected) >= {"loss/train", "lr", "loss/eval", "metrics/eval/Accuracy"}
+    assert scalars(tmp_path / "tb") == approx(expected)
+
+
+def test_fits_and_a_failure_leave_one_readable_run(tmp_path):
+    trainer = tiny_trainer([TensorBoardLogger(tmp_path / "tb"), FailAt(4, RuntimeError("boom"))])
+    with pytest.raises(RuntimeError, match="boom"):
+        trainer.fit()
+    trainer.state.callbacks.pop()  # (the failing callback goes; the next fit continues)
+    trainer.fit()
+    assert [step for step, _ in scalars(tmp_path / "tb")["loss/train"]] == list(range(6))
+    assert scalars(tmp_path / "tb") == approx(histories(trainer.metrics))
+
+
+def test_a_saved_run_exports_as_the_live_logger_wrote_it(tmp_path):
+    trainer = tiny_trainer([TensorBoardLogger(tmp_path / "live")])
+    trainer.fit()
+    folder = trainer.to_run().save(tmp_path / "run")
+    assert Run.load(folder).to_tensorboard(tmp_path / "after") == str(tmp_path / "after")
+    assert scalars(tmp_path / "after") == scalars(tmp_path / "live")
+
+
+def test_a_log_dir_that_cannot_be_written_is_refused_naming_it(tmp_path):
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(ValueError, match=r"TensorBoardLogger log_dir '.*a_file/tb' cannot be written"):
+        TensorBoardLogger(tmp_path / "a_file" / "tb")
