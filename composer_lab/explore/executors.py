@@ -6,6 +6,9 @@ speaks too).
 functions with cloudpickle, so a factory defined in a notebook cell reaches the workers;
 ``concurrent.futures.ProcessPoolExecutor`` pickles functions by name and cannot send those.
 :class:`InlineExecutor` trains in this process, one run at a time (for debugging a factory).
+A trial sets process-wide state (the global random generators, torch's thread count), so
+executors that would train several runs at once in one process are refused
+(:func:`check_executor`); and a worker process trains one run at a time whatever its threads.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any, Callable, Optional
 
 import cloudpickle
 
-__all__ = ["local_pool", "InlineExecutor", "check_sendable", "default_workers"]
+__all__ = ["local_pool", "InlineExecutor", "check_sendable", "check_executor", "default_workers"]
 
 
 def default_workers() -> int:
@@ -50,6 +53,26 @@ class InlineExecutor(Executor):
 
 
 _IN_PROCESS = (InlineExecutor, concurrent.futures.ThreadPoolExecutor)
+_FIX = ("use the default executor (executor=None: a local process pool), a Dask Client whose workers are processes "
+        "(e.g. Client(LocalCluster(processes=True, threads_per_worker=1))), or InlineExecutor() to train here one run "
+        "at a time")
+
+
+def check_executor(executor: Any) -> None:
+    """ValueError if ``executor`` would train several runs at once in this process (a thread
+    pool of more than one thread, a Dask client whose workers are threads of this process): they
+    would seed each other's runs, as a run sets the global random generators."""
+    if isinstance(executor, concurrent.futures.ThreadPoolExecutor) and executor._max_workers > 1:
+        raise ValueError(f"ThreadPoolExecutor(max_workers={executor._max_workers}) would train several runs at once in "
+                         f"this process, where a run sets process-wide state (the global random generators, torch's "
+                         f"thread count) and would seed the others: {_FIX}")
+    if type(executor).__module__.split(".")[0] == "distributed" and callable(getattr(executor, "scheduler_info", None)):
+        workers = executor.scheduler_info().get("workers", {})
+        here = sum(w.get("nthreads", 1) for address, w in workers.items() if str(address).startswith("inproc://"))
+        if here > 1:
+            raise ValueError(f"this Dask Client's workers are threads of this process ({here} threads, "
+                             f"processes=False), so they would train several runs at once in it, where a run sets "
+                             f"process-wide state (the global random generators) and would seed the others: {_FIX}")
 
 
 def check_sendable(executor: Any, **objects: Any) -> None:

@@ -42,6 +42,7 @@ __all__ = ["experiment_identity", "differences", "is_user_code"]
 _LONG = 200
 """Values whose repr is longer are kept as their type, length and digest."""
 _SITE = ("site-packages", "dist-packages")
+_NO_SOURCE = "<no source>"
 
 
 def experiment_identity(make_trainer: Callable, algorithms: Sequence[Algorithm], names: Sequence[str],
@@ -76,7 +77,7 @@ def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
             lines.append(f"{key}: no longer reached")
         elif key not in old_code:
             lines.append(f"{key}: newly reached")
-        elif old_code[key] != new_code[key]:
+        elif _code_changed(old_code[key], new_code[key]):
             lines.append(f"{key}: source changed")
     old_values, new_values = old.get("values", {}), new.get("values", {})
     for key in sorted(set(old_values) | set(new_values)):
@@ -104,7 +105,7 @@ class _Walk:
     """Collects the code and the values a factory and algorithm classes reach."""
 
     def __init__(self) -> None:
-        self.code: dict[str, str] = {}
+        self.code: dict[str, Any] = {}
         self.values: dict[str, str] = {}
         self._seen: set[int] = set()
 
@@ -132,7 +133,7 @@ class _Walk:
             return
         self._seen.add(id(fn))
         key = _key(fn)
-        self.code[key] = _source(fn)
+        self.code[key] = {"source": _source(fn), "compiled": _digest(_code_text(fn.__code__))}
         names = _names(fn.__code__)
         prefix = "" if fn.__module__ == "__main__" else f"{fn.__module__}."
         for name in sorted(names & set(fn.__globals__)):
@@ -213,17 +214,30 @@ def _underlying(attribute: Any) -> Optional[types.FunctionType]:
     return attribute if isinstance(attribute, types.FunctionType) else None
 
 
+def _code_changed(old: Any, new: Any) -> bool:
+    """Whether code changed: its source and its compiled form both differ. (The source alone
+    would call an edit of a comment a change, and is read from the file, which may have changed
+    since the module was imported; the compiled form alone differs between Python versions.)
+    Code without a source is told by its compiled form."""
+    if not (isinstance(old, dict) and isinstance(new, dict)):
+        return old != new  # a module's digest
+    sources_differ = old.get("source") != new.get("source") or old.get("source") == _NO_SOURCE
+    return sources_differ and old.get("compiled") != new.get("compiled")
+
+
 def _source(fn: types.FunctionType) -> str:
-    """``fn``'s source (a notebook cell's too: IPython keeps cells where ``inspect`` finds them);
-    without one (code made by ``exec``), a digest of its compiled code."""
+    """``fn``'s source (a notebook cell's too: IPython keeps cells where ``inspect`` finds them),
+    or a placeholder when it has none (code made by ``exec``)."""
     try:
         return textwrap.dedent(inspect.getsource(fn))
     except (OSError, TypeError):
-        return f"<no source; compiled code {_digest(_code_text(fn.__code__))}>"
+        return _NO_SOURCE
 
 
 def _code_text(code: types.CodeType) -> str:
-    consts = [_code_text(c) if isinstance(c, types.CodeType) else repr(c) for c in code.co_consts]
+    """Compiled code as text: instructions, constants (nested code too) and names, not line numbers."""
+    consts = [_code_text(c) if isinstance(c, types.CodeType) else
+              repr(sorted(map(repr, c))) if isinstance(c, frozenset) else repr(c) for c in code.co_consts]
     return f"{code.co_code.hex()}|{consts}|{code.co_names}"
 
 

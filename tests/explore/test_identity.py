@@ -61,8 +61,8 @@ def test_the_identity_is_readable_in_sweep_json(tmp_path):
     sweep(notebook_cell(), tmp_path)
     experiment = json.loads((tmp_path / "sweep.json").read_text())["experiment"]
     assert experiment["values"]["EPOCHS"] == "'6ba'" and experiment["values"]["GaussianNoise.std"] == "0.1"
-    assert "return EPOCHS" in experiment["code"]["duration"]  # reached through the factory's call
-    assert "torch.randn_like" in experiment["code"]["GaussianNoise.apply"]
+    assert "return EPOCHS" in experiment["code"]["duration"]["source"]  # reached through the factory's call
+    assert "torch.randn_like" in experiment["code"]["GaussianNoise.apply"]["source"]
     assert experiment["algorithms"] == [{"name": "GaussianNoise", "class": "__main__.GaussianNoise"},
                                         {"name": "CutOut", "class": "composer_lab.algorithms.cutout.CutOut"}]
     assert experiment["metric"] == "metrics/eval/Accuracy" and experiment["composer_lab"]
@@ -78,6 +78,7 @@ def test_an_algorithm_whose_code_changed_is_refused_though_its_repr_is_the_same(
                                          r"folder, or pass resume=False"):
         sweep(after, tmp_path)
     sweep(before, tmp_path)  # the same experiment: resumed
+    sweep(notebook_cell(CELL.replace("def duration():", "def duration():  # the length")), tmp_path)  # a comment
 
 
 def test_a_global_read_by_a_helper_of_the_factory_is_part_of_the_experiment(tmp_path):
