@@ -25,7 +25,8 @@ def test_a_worker_that_dies_loses_no_finished_run_and_the_sweep_resumes(tmp_path
     sweep = Sweep(factory, [CutOut(), MixUp()], seeds=[0, 1], orders=[(0, 1)], executor=local_pool(1),
                   folder=tmp_path / "sweep")
     with pytest.raises(RuntimeError, match=r"(?s)the run of 'after_dataloader: MixUp > CutOut' with seed 1 failed "
-                                           r"\(TerminatedWorkerError: .*; 1 of 2 runs finished and are saved in .*: call run\(\) again"):
+                                           r"\(TerminatedWorkerError: .*; 1 of 2 runs finished and are saved in .*: "
+                                           r"call run\(\) again"):
         sweep.run()
     sweep.executor.shutdown()
     assert [t.seed for t in sweep.pending()] == [1]
