@@ -23,7 +23,7 @@ import pandas as pd
 
 from composer_lab.core.algorithm import Algorithm
 from composer_lab.explore.diff import diff_runs
-from composer_lab.explore.executors import check_executor, check_sendable
+from composer_lab.explore.executors import check_sendable
 from composer_lab.explore.identity import experiment_identity
 from composer_lab.explore.orderings import (MAX_ALGORITHMS, algorithm_names, check_algorithms, order_label, orderings,
                                             question)
@@ -91,7 +91,6 @@ class Sweep:
         self.orders, self.out_of_question, self.passes = _orders(orders, self.algorithms, self.names)
         self.executor = executor
         self.higher_is_better = higher_is_better
-        check_executor(executor)
         check_sendable(executor, make_trainer=make_trainer, algorithms=self.algorithms)
         self.folder = SweepFolder(Path(folder) if folder is not None else Path(tempfile.mkdtemp(prefix="sweep-")))
         self.folder.claim(experiment_identity(make_trainer, self.algorithms, self.names, metric), resume)
@@ -295,9 +294,9 @@ class Sweep:
         since are added (:func:`~composer_lab.tracking.sweep_to_mlflow`). Returns the parent's id."""
         from composer_lab.tracking.mlflow_export import sweep_to_mlflow
 
-        params = {"metric": self.metric, "algorithms": ", ".join(self.names), "seeds": self.seeds,
-                  "higher_is_better": self.higher_is_better}
-        return sweep_to_mlflow(self.folder.path, self._finished(), self.ranking(), params, tracking_uri,
+        about = {"metric": self.metric, "algorithms": ", ".join(self.names), "seeds": self.seeds,
+                 "higher_is_better": self.higher_is_better}
+        return sweep_to_mlflow(self.folder.path, self._finished(), self.ranking(), about, tracking_uri,
                                experiment_name)
 
     def _label(self, order: Union[str, Sequence[int]]) -> str:

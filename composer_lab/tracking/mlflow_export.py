@@ -32,14 +32,15 @@ def run_to_mlflow(run: Run, tracking_uri: Optional[str] = None, experiment_name:
 
 
 def sweep_to_mlflow(folder: Union[str, os.PathLike], results: pd.DataFrame, ranking: pd.DataFrame,
-                    params: Mapping[str, Any], tracking_uri: Optional[str] = None,
+                    about: Mapping[str, Any], tracking_uri: Optional[str] = None,
                     experiment_name: str = DEFAULT_EXPERIMENT) -> str:
-    """Log a sweep: a parent run tagged with the sweep ``folder`` (``params``, the ``ranking`` as
-    ``ranking.csv``) and, under it, one child run per row of ``results`` (the saved run of one
-    (order, seed): its parameters, metrics and folder) with ``order`` and ``seed`` as parameters
-    (and ``list_order`` where the results have it) and its order's ranking row as tags
-    (``ranking.rank``, ``ranking.mean``, ...). Keyed by the folder and each trial's key: exporting
-    again adds only the trials new since, and sets the ranking tags anew. Returns the parent's id."""
+    """Log a sweep: a parent run tagged with the sweep ``folder`` (``about`` as tags ``sweep.<name>``,
+    the ``ranking`` as ``ranking.csv``, its ``attrs['summary']`` as tag ``ranking.summary``) and,
+    under it, one child run per row of ``results`` (the saved run of one (order, seed): its
+    parameters, metrics and folder) with ``order``, ``seed`` and ``list_order`` (where the results
+    have it) as parameters and its order's ranking row as tags (``ranking.rank``,
+    ``ranking.verdict``, ...). Keyed by the folder and each trial's key: exporting again adds only
+    the trials new since and sets the tags anew. Returns the parent's id."""
     from composer_lab.trainer.run import Run
 
     store = MLflowStore(tracking_uri)
@@ -49,7 +50,8 @@ def sweep_to_mlflow(folder: Union[str, os.PathLike], results: pd.DataFrame, rank
     found = store.find_run(experiment, parent_key)
     parent = found.info.run_id if found is not None else store.create_run(experiment, f"sweep {Path(sweep).name}",
                                                                          parent_key)
-    store.log_params(parent, params)
+    for name, value in about.items():  # (tags, not parameters: a sweep resumed with more seeds changes them)
+        store.client.set_tag(parent, f"sweep.{name}", str(value))
     ranks = {row["order"]: row for row in ranking.to_dict("records")}
     for row in results.to_dict("records"):
         key = Path(row["run_folder"]).name
@@ -61,6 +63,8 @@ def sweep_to_mlflow(folder: Union[str, os.PathLike], results: pd.DataFrame, rank
     with tempfile.TemporaryDirectory(prefix="composer_lab-mlflow-") as scratch:
         ranking.to_csv(Path(scratch) / "ranking.csv", index=False)
         store.client.log_artifact(parent, str(Path(scratch) / "ranking.csv"))
+    if "summary" in ranking.attrs:
+        store.client.set_tag(parent, "ranking.summary", str(ranking.attrs["summary"]))
     store.client.set_tag(parent, COMPLETE, "true")
     store.client.set_terminated(parent, "FINISHED")
     return parent
