@@ -44,9 +44,9 @@ class SweepFailed(RuntimeError):
 
     def advice(self, again: str) -> str:
         """The message, ending with ``again``."""
+        why = (str(self.error).strip().splitlines() or [""])[0]  # loky's own goes on for lines
         return (f"the run of {self.trial.order!r} with seed {self.trial.seed} failed ({type(self.error).__name__}: "
-                f"{self.error}); {self.finished} of {self.total} runs finished and are saved in {self.folder}: "
-                f"{again}")
+                f"{why}); {self.finished} of {self.total} runs finished and are saved in {self.folder}: {again}")
 
 
 def workers_of(executor: Any) -> int:

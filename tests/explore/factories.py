@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
@@ -88,15 +90,15 @@ def scored(effects: dict, noise: float, algorithms: list, seed: int) -> Trainer:
                    algorithms=algorithms, callbacks=[Score(value)], seed=seed, progress_bar=False)
 
 
-def dying_once(flag: str, algorithms: list, seed: int) -> Trainer:
-    """:func:`make_trainer`, but the first run at seed 1 that finds the file ``flag`` removes it
-    and kills its worker process (a worker lost once, mid-sweep)."""
+def dying_once(flag: str, algorithms: list, seed: int, then: Callable = make_trainer) -> Trainer:
+    """``then`` (default :func:`make_trainer`), but the first run at seed 1 that finds the file
+    ``flag`` removes it and kills its worker process (a worker lost once, mid-sweep)."""
     import os
 
     if seed == 1 and os.path.exists(flag):
         os.remove(flag)
         os._exit(1)
-    return make_trainer(algorithms, seed)
+    return then(algorithms, seed)
 
 
 def dropping(algorithms: list, seed: int) -> Trainer:
