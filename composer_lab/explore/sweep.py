@@ -23,7 +23,7 @@ import pandas as pd
 
 from composer_lab.core.algorithm import Algorithm
 from composer_lab.explore.diff import diff_runs
-from composer_lab.explore.executors import check_sendable
+from composer_lab.explore.executors import check_executor, check_sendable
 from composer_lab.explore.identity import experiment_identity
 from composer_lab.explore.orderings import (MAX_ALGORITHMS, algorithm_names, check_algorithms, order_label, orderings,
                                             question)
@@ -91,6 +91,7 @@ class Sweep:
         self.orders, self.out_of_question, self.passes = _orders(orders, self.algorithms, self.names)
         self.executor = executor
         self.higher_is_better = higher_is_better
+        check_executor(executor)
         check_sendable(executor, make_trainer=make_trainer, algorithms=self.algorithms)
         self.folder = SweepFolder(Path(folder) if folder is not None else Path(tempfile.mkdtemp(prefix="sweep-")))
         self.folder.claim(experiment_identity(make_trainer, self.algorithms, self.names, metric), resume)
