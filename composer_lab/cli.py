@@ -76,6 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--metric", default="metrics/eval/Accuracy", help="the final metric ranked")
     sweep.add_argument("--folder", default=None, help="the sweep folder (default: sweeps/<start time>); "
                        "run again on it to resume")
+    sweep.add_argument("--mlflow", default=None, metavar="URI", help="also log the sweep to this MLflow tracking "
+                       "store (e.g. sqlite:///mlflow.db): a parent run, a child per (order, seed); the mlflow extra")
     sweep.set_defaults(handler=sweep_command)
     lab = commands.add_parser("lab", help="open JupyterLab on a working copy of the bundled notebooks "
                               "(copied there the first time; the shipped ones stay clean)",
@@ -267,6 +269,9 @@ def sweep_command(args: argparse.Namespace) -> int:
     (results.parquet, ranking.csv, ranking.png, commutation.parquet), print the ranking."""
     from composer_lab.explore import Sweep, commutation, local_pool, orderings
 
+    if args.mlflow:  # (an unreachable store fails now, before any training)
+        from composer_lab.tracking.mlflow_store import MLflowStore
+        MLflowStore(args.mlflow)
     algorithms = parse_algorithms(args.algorithms, fixed_input_size=args.model == "mlp")
     experiment = SweepExperiment(args.data, args.model, args.epochs, args.batch_size, args.lr)
     table = commutation(experiment, algorithms)
@@ -285,6 +290,9 @@ def sweep_command(args: argparse.Namespace) -> int:
     ranking.to_csv(sweep.folder.path / "ranking.csv", index=False)
     sweep.plot().savefig(sweep.folder.path / "ranking.png", dpi=100)
     print(ranking.to_string(index=False))
+    if args.mlflow:
+        print(f"logged to MLflow {args.mlflow}: parent run {sweep.to_mlflow(args.mlflow)} "
+              f"(mlflow ui --backend-store-uri {args.mlflow})")
     return 0
 
 

@@ -56,7 +56,7 @@ def test_a_notebook_cell_factory_trains_alike_in_the_local_pool_and_on_dask(clie
         pool.shutdown()
     dask = Sweep(factory, [CutOut(), MixUp()], seeds=[3], orders=[(1, 0)], executor=client,
                  folder=tmp_path / "dask").run()
-    assert list(local["order"]) == list(dask["order"]) == ["MixUp > CutOut"]
+    assert list(local["order"]) == list(dask["order"]) == ["after_dataloader: CutOut > MixUp"]  # list MixUp > CutOut
     assert local[METRIC].iloc[0] == pytest.approx(dask[METRIC].iloc[0], abs=1e-6)
     assert local["loss/train"].iloc[0] == pytest.approx(dask["loss/train"].iloc[0], rel=1e-5)
 
@@ -77,7 +77,7 @@ def test_a_worker_killed_mid_sweep_loses_no_result(client, tmp_path):
     results = sweep.run(on_result=kill_a_busy_worker)
     assert killed, "no worker was busy to kill"
     pairs = list(zip(results["order"], results["seed"]))
-    assert sorted(pairs) == sorted((o, s) for o in ("CutOut > MixUp", "MixUp > CutOut") for s in range(4))
+    assert sorted(pairs) == sorted((o, s) for o in sweep.labels for s in range(4))
     assert len(list((tmp_path / "rows").glob("*.json"))) == 8 and not list((tmp_path / "rows").glob(".*"))
     assert sweep.pending() == []
 
