@@ -14,6 +14,7 @@ and :func:`gpt2_alibi_mask` fit Hugging Face's ``GPT2Attention`` (transformers 5
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from types import MethodType
 from typing import Any, Callable, Optional
 
@@ -28,7 +29,7 @@ from composer_lab.core.logger import Logger
 from composer_lab.core.state import State
 
 __all__ = ["Alibi", "apply_alibi", "alibi_slopes", "alibi_bias", "alibi_attention", "gpt2_alibi_attention",
-           "gpt2_alibi_mask", "scale_sequence_length"]
+           "gpt2_alibi_mask", "scale_sequence_length", "scale_batch_sequence_length"]
 
 SLOPES_BUFFER = "alibi_slopes"
 DEFAULT_ATTENTION = "CausalSelfAttention"
@@ -206,19 +207,39 @@ def apply_alibi(model: nn.Module, heads_per_layer: Optional[int], max_sequence_l
     return [position_embedding_attribute] + [name for name, _ in modules]
 
 
+def _cut(value: Any, shape: torch.Size, piece: int) -> Any:
+    """``value`` cut into rows of ``piece`` positions if it is per token (its first two
+    dimensions are ``shape``, the inputs' ``(N, T)``); anything else as it is."""
+    if not (isinstance(value, torch.Tensor) and value.dim() >= 2 and value.shape[:2] == shape):
+        return value
+    kept = shape[1] // piece * piece
+    return value[:, :kept].reshape(-1, piece, *value.shape[2:])
+
+
 def scale_sequence_length(input: torch.Tensor, target: torch.Tensor,
                           scale: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Cut ``(N, T)`` inputs and targets into pieces of ``int(T * scale)`` tokens, stacked as more
     rows (tokens past the last whole piece are dropped): the same tokens in shorter sequences."""
-    length = input.shape[1]
-    piece = max(1, int(length * scale))
-    kept = length // piece * piece
-    return input[:, :kept].reshape(-1, piece), target[:, :kept].reshape(-1, piece)
+    shape = input.shape[:2]
+    piece = max(1, int(shape[1] * scale))
+    return _cut(input, shape, piece), _cut(target, shape, piece)
+
+
+def scale_batch_sequence_length(batch: Any, inputs: torch.Tensor, scale: float) -> Any:
+    """:func:`scale_sequence_length` applied to every per-token entry of ``batch`` (those shaped
+    like the ``(N, T)`` ``inputs``: targets, a Hugging Face batch's attention mask), so they stay
+    aligned; a tuple, list or dict batch keeps its type."""
+    shape = inputs.shape[:2]
+    piece = max(1, int(shape[1] * scale))
+    if isinstance(batch, Mapping):
+        return {key: _cut(value, shape, piece) for key, value in batch.items()}
+    return type(batch)(_cut(value, shape, piece) for value in batch)
 
 
 class Alibi(SurgeryAlgorithm):
     """Applies :func:`apply_alibi` at INIT and, while training, shortens each batch's sequences by
-    ``train_sequence_length_scaling`` (:func:`scale_sequence_length`) at AFTER_DATALOADER, so a
+    ``train_sequence_length_scaling`` (:func:`scale_batch_sequence_length`: inputs, targets and any
+    other per-token entry, such as an attention mask) at AFTER_DATALOADER, so a
     model trains on short sequences and is evaluated on the full length, as in Composer.
 
     Args:
@@ -256,9 +277,7 @@ class Alibi(SurgeryAlgorithm):
     def apply(self, event: Event, state: State, logger: Logger) -> Optional[int]:
         if event is Event.INIT:
             return super().apply(event, state, logger)
-        inputs, targets = scale_sequence_length(state.inputs, state.targets, self.train_sequence_length_scaling)
-        state.batch_set_item(0, inputs)
-        state.batch_set_item(1, targets)
+        state.batch = scale_batch_sequence_length(state.batch, state.inputs, self.train_sequence_length_scaling)
         return None
 
     def operate(self, model: nn.Module, optimizers: list) -> list[str]:

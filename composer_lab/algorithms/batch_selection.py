@@ -99,6 +99,7 @@ class BatchSelection(Algorithm):
         if event is Event.INIT:
             self.attach(state)
             return None
+        self.check_inputs(state)
         if not self.active(event, state):
             logger.log_metrics({self._ratio_key: 1.0})
             return None
@@ -118,6 +119,10 @@ class BatchSelection(Algorithm):
 
     def attach(self, state: State) -> None:
         """Runs at INIT: check what the selection needs from the state."""
+
+    def check_inputs(self, state: State) -> None:
+        """Runs at every AFTER_DATALOADER, scheduled or not: refuse, before the first step,
+        inputs the selection could not use once its interval begins."""
 
     @abstractmethod
     def select(self, state: State, inputs: torch.Tensor, targets: Any,

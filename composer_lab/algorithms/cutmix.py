@@ -36,7 +36,8 @@ def paste_box(values: torch.Tensor, indices: torch.Tensor, box: Box) -> torch.Te
 
 def _check_images(input: torch.Tensor) -> None:
     if input.dim() < 4:
-        raise ValueError(f"CutMix needs images (N, C, H, W), got shape {tuple(input.shape)}")
+        raise ValueError(f"CutMix needs images (N, C, H, W), got shape {tuple(input.shape)}; leave it out for "
+                         f"other inputs")
 
 
 def _draw(input: torch.Tensor, alpha: float, bbox: Optional[Box], indices: Optional[torch.Tensor],

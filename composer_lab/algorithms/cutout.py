@@ -36,7 +36,8 @@ def cutout_batch(input: Any, num_holes: int = 1, length: Union[int, float] = 0.5
         return TF.to_pil_image(cutout_batch(TF.pil_to_tensor(input), num_holes, length, generator), mode=input.mode)
     if not isinstance(input, torch.Tensor) or input.dim() not in (3, 4):
         shape = tuple(input.shape) if isinstance(input, torch.Tensor) else type(input).__name__
-        raise ValueError(f"CutOut needs images (N, C, H, W), one image (C, H, W) or a PIL image, got {shape}")
+        raise ValueError(f"CutOut needs images (N, C, H, W), one image (C, H, W) or a PIL image, got {shape}; "
+                         f"leave it out for other inputs")
     if input.dim() == 3:
         return cutout_batch(input.unsqueeze(0), num_holes, length, generator)[0]
     n, _, height, width = input.shape

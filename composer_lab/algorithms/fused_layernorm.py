@@ -16,6 +16,7 @@ from torch import nn
 
 from composer_lab.algorithms.module_surgery import replace_modules
 from composer_lab.algorithms.surgery_algorithm import SurgeryAlgorithm
+from composer_lab.algorithms.warnings import NoEffectWarning
 
 __all__ = ["FusedLayerNorm", "apply_fused_layernorm", "fused_layernorm_class"]
 
@@ -33,8 +34,8 @@ def apply_fused_layernorm(model: nn.Module) -> list[str]:
     Parameter objects; returns the names replaced (none, with a warning, without a fused class)."""
     fused = fused_layernorm_class()
     if fused is None:
-        warnings.warn("FusedLayerNorm: no fused layer norm is installed (NVIDIA Apex); the model keeps "
-                      "torch.nn.LayerNorm, which is already a single kernel", stacklevel=2)
+        warnings.warn(NoEffectWarning("FusedLayerNorm: no fused layer norm is installed (NVIDIA Apex); the model "
+                                      "keeps torch.nn.LayerNorm, which is already a single kernel"), stacklevel=2)
         return []
 
     def replacement(module: nn.Module) -> Optional[nn.Module]:

@@ -8,6 +8,7 @@ Blocks are found by shape: modules with ``linear1`` and ``linear2`` (``nn.Linear
 
 from __future__ import annotations
 
+import warnings
 from typing import Callable, Optional
 
 import torch
@@ -15,6 +16,7 @@ from torch import nn
 
 from composer_lab.algorithms.module_surgery import register_new_parameters
 from composer_lab.algorithms.surgery_algorithm import SurgeryAlgorithm
+from composer_lab.algorithms.warnings import NoEffectWarning
 
 __all__ = ["GatedLinearUnits", "GatedLinear", "apply_gated_linear_units"]
 
@@ -45,7 +47,8 @@ def apply_gated_linear_units(model: nn.Module, optimizers: Optional[list] = None
     """Gate the feed-forward block of every transformer-style layer of ``model`` in place.
 
     ``act_fn`` defaults to each block's own activation. New gate parameters are added to
-    ``optimizers``. Returns the names of the replaced ``linear1`` modules.
+    ``optimizers``. Returns the names of the replaced ``linear1`` modules;
+    :class:`~composer_lab.algorithms.warnings.NoEffectWarning` when there was none.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"apply_gated_linear_units needs a torch.nn.Module, got {type(model).__name__}; "
@@ -61,6 +64,10 @@ def apply_gated_linear_units(model: nn.Module, optimizers: Optional[list] = None
             block.activation_relu_or_gelu = 0  # the fused inference path assumes a plain FFN
         replaced.append(f"{name}.linear1" if name else "linear1")
     register_new_parameters(model, before, optimizers or [])
+    if not replaced:
+        warnings.warn(NoEffectWarning(f"GatedLinearUnits changed nothing in {type(model).__name__}: no feed-forward "
+                                      f"block with linear1, linear2 (nn.Linear) and activation, as "
+                                      f"nn.TransformerEncoderLayer has"), stacklevel=2)
     return replaced
 
 

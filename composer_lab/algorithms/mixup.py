@@ -39,7 +39,8 @@ def mixup_batch(input: torch.Tensor, target: torch.Tensor, mixing: Optional[floa
 def check_floating(input: torch.Tensor) -> None:
     """TypeError unless ``input`` is floating-point (a convex combination needs fractions)."""
     if not input.is_floating_point():
-        raise TypeError(f"MixUp mixes floating-point inputs, got {input.dtype}; convert images to float first")
+        raise TypeError(f"MixUp mixes floating-point inputs, got {input.dtype}; convert images to float first "
+                        f"(token ids cannot be mixed: leave MixUp out for them)")
 
 
 class MixUp(MixingAlgorithm):

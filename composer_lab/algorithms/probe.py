@@ -21,7 +21,7 @@ from torch import nn
 from composer_lab.algorithms.batch_selection import prune_batch
 from composer_lab.core.state import State, batch_with_item
 
-__all__ = ["eval_mode", "probe_outputs"]
+__all__ = ["eval_mode", "probe_outputs", "check_accepts"]
 
 
 @contextlib.contextmanager
@@ -50,3 +50,18 @@ def probe_outputs(state: State, inputs: torch.Tensor) -> Any:
         argument = batch_with_item(first, 0, inputs[:1])
     with torch.no_grad(), eval_mode(state.model), torch.random.fork_rng(devices=[]), state.precision_context():
         return state.model(argument)
+
+
+def check_accepts(state: State, inputs: torch.Tensor, refusal: str) -> None:
+    """ValueError ``"<refusal> (<the model's error>)"`` when the model's forward refuses
+    ``inputs`` (an algorithm's changed inputs, checked on one example before training on them)
+    but takes the batch's own inputs; nothing when it takes both, or neither (then the
+    algorithm is not to blame)."""
+    try:
+        probe_outputs(state, inputs)
+    except Exception as err:  # whatever the user's forward raises
+        try:
+            probe_outputs(state, state.batch_get_item(0))
+        except Exception:
+            return
+        raise ValueError(f"{refusal} (the model raised {type(err).__name__}: {err})") from err

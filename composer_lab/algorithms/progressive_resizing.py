@@ -7,6 +7,7 @@ from typing import Any, Optional
 import torch
 import torch.nn.functional as F
 
+from composer_lab.algorithms.probe import check_accepts
 from composer_lab.algorithms.validation import check_choice, check_fraction, check_positive
 from composer_lab.core.algorithm import Algorithm
 from composer_lab.core.event import Event
@@ -48,7 +49,8 @@ def resize_batch(input: torch.Tensor, target: Any, scale_factor: float, mode: st
     check_fraction("scale_factor", scale_factor, low_open=True)
     check_choice("mode", mode, RESIZE_MODES)
     if input.dim() != 4:
-        raise ValueError(f"progressive resizing needs images (N, C, H, W), got shape {tuple(input.shape)}")
+        raise ValueError(f"progressive resizing needs images (N, C, H, W), got shape {tuple(input.shape)}; it "
+                         f"resizes images only: leave it out for other inputs")
     height, width = input.shape[-2:]
     new_h, new_w = scaled_size(height, scale_factor, size_increment), scaled_size(width, scale_factor, size_increment)
     if (new_h, new_w) == (height, width):
@@ -102,6 +104,7 @@ class ProgressiveResizing(Algorithm):
                              f"lower one of them")
         self.size_increment = check_positive("size_increment", size_increment, integer=True)
         self.resize_targets = resize_targets
+        self._checked: set[tuple] = set()
 
     events = frozenset({Event.AFTER_DATALOADER})
     writes = frozenset({"batch"})
@@ -110,6 +113,7 @@ class ProgressiveResizing(Algorithm):
         scale = scale_schedule(state.get_elapsed_duration(), self.initial_scale, self.delay_fraction,
                                self.finetune_fraction)
         logger.log_metrics({"progressive_resizing/scale": scale})
+        self.check_inputs(state)
         if scale < 1.0:
             inputs, targets = resize_batch(state.batch_get_item(0), state.batch_get_item(1), scale, self.mode,
                                            self.resize_targets, self.size_increment, state.generator("cpu"))
@@ -117,3 +121,21 @@ class ProgressiveResizing(Algorithm):
             if self.resize_targets:
                 state.batch_set_item(1, targets)
         return None
+
+    def check_inputs(self, state: State) -> None:
+        """Once per model and input shape, before any resizing: the model must take the
+        smallest inputs this will give it (``initial_scale``; a probe forward of one example),
+        else a ValueError naming the fix."""
+        inputs = state.batch_get_item(0)
+        key = (id(state.model), tuple(inputs.shape[1:]), inputs.dtype)
+        if key in self._checked:
+            return
+        name = f"ProgressiveResizing(initial_scale={self.initial_scale:g})"
+        try:
+            smallest, _ = resize_batch(inputs[:1], None, self.initial_scale, "resize", False, self.size_increment)
+        except ValueError as err:
+            raise ValueError(f"{name}: {err}") from None
+        check_accepts(state, smallest, f"{name} resizes inputs to {'x'.join(map(str, smallest.shape[2:]))}, which "
+                                       f"this model refuses: pass a larger initial_scale (1.0 resizes nothing), or "
+                                       f"leave ProgressiveResizing out for a model of one input size")
+        self._checked.add(key)

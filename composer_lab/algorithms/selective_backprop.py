@@ -19,8 +19,9 @@ import torch
 import torch.nn.functional as F
 
 from composer_lab.algorithms.batch_selection import BatchSelection, kept_count, should_selective_backprop
+from composer_lab.algorithms.probe import check_accepts
 from composer_lab.algorithms.validation import check_fraction
-from composer_lab.core.state import State
+from composer_lab.core.state import State, batch_with_item
 
 __all__ = ["SelectiveBackprop", "select_using_loss", "should_selective_backprop", "per_example_loss_fn",
            "select_by_loss_rank", "frozen_norm_statistics"]
@@ -79,6 +80,9 @@ def downsample(inputs: torch.Tensor, scale_factor: float) -> torch.Tensor:
     """``inputs`` spatially scaled by ``scale_factor`` (a no-op at 1); ValueError unless 3-D to 5-D."""
     if scale_factor == 1:
         return inputs
+    if not inputs.is_floating_point():
+        raise ValueError(f"downsampling with scale_factor={scale_factor} interpolates, which needs floating-point "
+                         f"inputs (images, signals), got {inputs.dtype}. Use scale_factor=1 for these inputs")
     if inputs.dim() not in _INTERPOLATE_MODES:
         raise ValueError(f"downsampling with scale_factor={scale_factor} needs inputs of 3 to 5 dimensions "
                          f"(N, C, L), (N, C, H, W) or (N, C, D, H, W); got shape {tuple(inputs.shape)}. "
@@ -110,13 +114,15 @@ def select_by_loss_rank(losses: torch.Tensor, count: int, keep: float,
 
 def score_examples(inputs: torch.Tensor, targets: Any, forward: Callable[[torch.Tensor], Any],
                    loss: Callable[[Any, Any], torch.Tensor], model: Any, scale_factor: float) -> torch.Tensor:
-    """Per-example losses from a forward pass without gradients on downsampled inputs."""
+    """Per-example losses from a forward pass without gradients on downsampled inputs; a loss
+    per position (per token of a language model, per pixel) is averaged over each example's."""
     with torch.no_grad(), frozen_norm_statistics(model):
         losses = loss(forward(downsample(inputs, scale_factor)), targets)
-    if losses.dim() != 1 or losses.shape[0] != inputs.shape[0]:
+    if losses.dim() == 0 or losses.shape[0] != inputs.shape[0]:
         raise ValueError(f"the loss with reduction='none' returned shape {tuple(losses.shape)}; Selective "
-                         f"Backprop needs one loss per example, shape ({inputs.shape[0]},)")
-    return losses
+                         f"Backprop needs one loss per example, shape ({inputs.shape[0]},), or per example and "
+                         f"position (per token, per pixel), shape ({inputs.shape[0]}, ...)")
+    return losses.flatten(1).mean(1) if losses.dim() > 1 else losses
 
 
 def select_using_loss(input: torch.Tensor, target: torch.Tensor, model: Callable[[torch.Tensor], Any],
@@ -159,6 +165,7 @@ class SelectiveBackprop(BatchSelection):
                  interrupt: int = 2) -> None:
         super().__init__(start, end, keep, interrupt)
         self.scale_factor = check_scale_factor(scale_factor)
+        self._checked: set[tuple] = set()
         self._loss: Optional[Callable[[Any, Any], torch.Tensor]] = None
         self._forward: Optional[Callable[[torch.Tensor], Any]] = None
 
@@ -172,8 +179,24 @@ class SelectiveBackprop(BatchSelection):
             raise TypeError("SelectiveBackprop found no loss: give the Trainer a loss_fn that accepts "
                             "reduction='none', or a model with loss(outputs, batch, reduction='none')")
         per_example = per_example_loss_fn(model_loss)
-        self._forward = lambda x: state.model((x, None))
-        self._loss = lambda outputs, targets: per_example(outputs, (None, targets))
+        self._forward = lambda x: state.model(batch_with_item(state.batch, 0, x))
+        self._loss = lambda outputs, targets: per_example(outputs, batch_with_item(state.batch, 1, targets))
+
+    def check_inputs(self, state: State) -> None:
+        """With ``scale_factor`` < 1, once per model and input shape: the model must take the
+        downsampled inputs (a probe forward of one example), else a ValueError naming the fix."""
+        inputs = state.batch_get_item(0)
+        key = (id(state.model), tuple(inputs.shape[1:]), inputs.dtype)
+        if self.scale_factor == 1 or key in self._checked:
+            return
+        name = f"SelectiveBackprop(scale_factor={self.scale_factor:g})"
+        try:
+            small = downsample(inputs[:1], self.scale_factor)
+        except ValueError as err:
+            raise ValueError(f"{name} scores on downsampled inputs: {err}") from None
+        check_accepts(state, small, f"{name} scores on inputs resized to {'x'.join(map(str, small.shape[2:]))}, "
+                                    f"which this model refuses: pass scale_factor=1.0")
+        self._checked.add(key)
 
     def select(self, state: State, inputs: torch.Tensor, targets: Any,
                count: int) -> tuple[torch.Tensor, dict[str, Any]]:

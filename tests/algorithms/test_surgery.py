@@ -166,8 +166,18 @@ def test_gated_linear_units_new_parameters_join_the_optimizer():
 def test_fused_layernorm_without_a_fused_kernel_warns_and_changes_nothing(monkeypatch):
     monkeypatch.setattr(fused_layernorm, "fused_layernorm_class", lambda: None)
     model = transformer()
-    with pytest.warns(UserWarning, match="Apex"):
+    with pytest.warns(NoEffectWarning, match="Apex"):
         assert cf.apply_fused_layernorm(model) == []
+
+
+def test_gated_linear_units_and_channels_last_that_find_nothing_say_so():
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.warns(NoEffectWarning, match="GatedLinearUnits changed nothing in Sequential: no feed-forward block"):
+        assert cf.apply_gated_linear_units(model) == []
+    with pytest.warns(NoEffectWarning, match="ChannelsLast changed nothing in Sequential: it has no 4-D weight"):
+        cf.apply_channels_last(model)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
 
 
 def test_fused_layernorm_swaps_every_layernorm_keeping_parameters(monkeypatch):
