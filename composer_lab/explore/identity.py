@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
+import pandas as pd
 import torch
 
 from composer_lab.core.algorithm import Algorithm
@@ -189,6 +190,10 @@ class _Walk:
             self.value(f"{key} function", value.func)
             return
         if is_user_code(type(value)) and not _has_own_repr(type(value)):
+            if id(value) in self._seen:  # an object reached again (a cycle): its fields are recorded once
+                self.values[key] = f"{_qualified(type(value))} (recorded above)"
+                return
+            self._seen.add(id(value))
             self.cls(type(value))
             for field, field_value in _fields(value).items():
                 self.value(f"{key}.{field}", field_value)
@@ -250,7 +255,12 @@ def _text(value: Any) -> str:
         return f"tensor {tuple(data.shape)} {value.dtype} {_digest(data.numpy().tobytes())}"
     if isinstance(value, np.ndarray):
         return f"array {value.shape} {value.dtype} {_digest(value.tobytes())}"
-    text = re.sub(r" at 0x[0-9a-fA-F]+", "", repr(value))
+    if isinstance(value, (pd.DataFrame, pd.Series)):  # (their repr shows the first and last rows only)
+        value = (type(value).__name__, value.shape, value.to_dict())
+    try:
+        text = re.sub(r" at 0x[0-9a-fA-F]+", "", repr(value))
+    except Exception as err:  # a value that cannot be read so must not stop the sweep
+        return f"{type(value).__name__} (unreadable: {type(err).__name__})"
     return text if len(text) <= _LONG else f"{type(value).__name__} of {len(text)} characters, {_digest(text)}"
 
 

@@ -126,6 +126,18 @@ def test_a_factory_without_source_is_told_apart_by_its_compiled_code(tmp_path):
         Sweep(cells[1]["make_trainer"], [CutOut(), MixUp()], folder=tmp_path)
 
 
+def test_values_are_read_whole_and_once():
+    cell = notebook_cell(CELL.replace("EPOCHS = '6ba'", "EPOCHS = '6ba'\nTABLE = pd.DataFrame({'x': range(100)})\n"
+                                      "class Config:\n    pass\nconfig = Config()\nconfig.me = config\n")
+                         .replace("return EPOCHS", "return EPOCHS if len(TABLE) and config.me else None")
+                         .replace("import torch", "import torch\nimport pandas as pd"))
+    before = experiment_identity(cell["make_trainer"], [], [], "m")
+    cell["TABLE"].loc[50, "x"] = -1  # a row a DataFrame's repr does not show
+    changed = differences(before, experiment_identity(cell["make_trainer"], [], [], "m"))
+    assert len(changed) == 1 and changed[0].startswith("TABLE: ")
+    assert before["values"]["config.me"] == "__main__.Config (recorded above)"  # a cycle, walked once
+
+
 def test_what_is_user_code():
     cell = notebook_cell()
     assert is_user_code(cell["make_trainer"]) and is_user_code(factories.make_trainer)
