@@ -44,6 +44,7 @@ NO_SHARED_EVENT = "each algorithm runs alone at its events"
 """The label of the one order of algorithms that never meet at an event."""
 OUT_OF_QUESTION_COLUMNS = ["algorithm", "reason"]
 _EVENT_SAMPLE = 2000  # permutations of one event's listeners examined past MAX_ALGORITHMS of them
+_WHY_SAMPLE = 720  # permutations examined (past 6 listeners) to find the pass that pins an algorithm
 
 
 def check_algorithms(algorithms: Sequence[Any]) -> list[Algorithm]:
@@ -121,7 +122,7 @@ def question(algorithms: Sequence[Algorithm], passes: Optional[Sequence[Any]] = 
     algorithms = check_algorithms(algorithms)
     engine = _engine(passes)
     shared = {event: listening for event in Event
-              if len(listening := [i for i, a in enumerate(algorithms) if a.events is None or event in a.events]) > 1}
+              if len(listening := [i for i, a in enumerate(algorithms) if a.listens(event)]) > 1}
     plans = {event: _event_plans(engine, event, algorithms, listening) for event, listening in shared.items()}
     free = [event for event in shared if len(plans[event]) > 1]
     names = algorithm_names(algorithms)
@@ -161,10 +162,14 @@ def _plan(engine: Engine, event: Event, algorithms: list[Algorithm], positions: 
     return tuple(index[id(a)] for a in ran)
 
 
-def _event_plans(engine: Engine, event: Event, algorithms: list[Algorithm], listening: list[int]) -> set[Order]:
+def _event_plans(engine: Engine, event: Event, algorithms: list[Algorithm], listening: list[int],
+                 sample: Optional[int] = None) -> set[Order]:
     """Every order the engine runs ``listening`` in at ``event``, over the permutations of them
-    (a sample past :data:`MAX_ALGORITHMS`)."""
-    perms = _permutations(len(listening), None if len(listening) <= MAX_ALGORITHMS else _EVENT_SAMPLE, 0)
+    (``sample`` of them drawn at random, the list first; default: all up to
+    :data:`MAX_ALGORITHMS` listeners)."""
+    if sample is None and len(listening) > MAX_ALGORITHMS:
+        sample = _EVENT_SAMPLE
+    perms = _permutations(len(listening), sample, 0)
     return {_plan(engine, event, algorithms, [listening[i] for i in perm], listening) for perm in perms}
 
 
@@ -197,7 +202,8 @@ def _why_pinned(i: int, event: Event, algorithms: list[Algorithm], names: list[s
         f"after {', '.join(names[j] for j in plan[:place])}"
     passes = engine.passes
     movers = [pass_name(p) for k, p in enumerate(passes)
-              if not _pinned(i, _event_plans(_engine(passes[:k] + passes[k + 1:]), event, algorithms, listening))]
+              if not _pinned(i, _event_plans(_engine(passes[:k] + passes[k + 1:]), event, algorithms, listening,
+                                             _WHY_SAMPLE))]
     return f"pinned {where} at {event.value} by {' and '.join(movers) if movers else 'the passes together'}"
 
 
