@@ -34,14 +34,16 @@ def rank_orders(results: pd.DataFrame, metric: str, higher_is_better: bool = Tru
                 orders: Optional[Sequence[str]] = None) -> pd.DataFrame:
     """The orders of ``results`` (columns ``order``, ``seed``, ``metric``; ``list_order`` kept
     if present), best first, ties sharing the better rank, each compared with the best order
-    (:func:`~composer_lab.explore.stats.compare`: the Holm family is the orders compared with
-    the best). ``orders`` fixes the row order among ties (default: as they first appear).
+    (:func:`~composer_lab.explore.stats.compare`; the Holm family is every pair of orders, since
+    the best is picked from the same data). ``orders`` fixes the row order among ties (default:
+    as they first appear).
     ``attrs['friedman']``: Friedman's test that some order differs (seeds as blocks);
     ``attrs['summary']``: one line that states the answer."""
     values = results.pivot(index="seed", columns="order", values=metric)
     present = list(dict.fromkeys(results["order"])) if orders is None else [o for o in orders if o in values]
     values = values[present]
-    table = compare(values, higher_is_better, delta=delta, alpha=alpha, bounds=metric_bounds(metric, bounds))
+    table = compare(values, higher_is_better, delta=delta, alpha=alpha, bounds=metric_bounds(metric, bounds),
+                    family="pairs")
     ranking = table.reset_index()
     ranking.insert(0, "rank", ranking["mean"].rank(method="min", ascending=not higher_is_better).astype(int))
     ranking = ranking.sort_values("rank", kind="stable").reset_index(drop=True)

@@ -207,9 +207,10 @@ class Sweep:
                 bounds: Optional[Sequence[float]] = None) -> pd.DataFrame:
         """The orders ranked best first (ties share a rank): n, mean, standard deviation and 95%
         interval of the metric; the paired difference from the best order (same seeds) with its
-        interval, the paired t-test's p-value raw and Holm-adjusted over the orders compared with
-        the best, ``degenerate`` where that test is undefined, and a verdict (worse; with
-        ``delta``, equivalent within +-delta by TOST; else undecided). Intervals of an accuracy,
+        interval, the paired t-test's p-value raw and Holm-adjusted over every pair of orders
+        (the best is picked from these data), ``degenerate`` where that test is undefined, and a
+        verdict (worse; with ``delta``, equivalent within +-delta by TOST; else undecided).
+        Intervals of an accuracy,
         or of a metric with ``bounds=(low, high)``, are cut at its range (``clipped``).
         ``ranking.attrs['friedman']`` is Friedman's test that some order differs, seeds as
         blocks; ``ranking.attrs['summary']`` one line that states the answer. See

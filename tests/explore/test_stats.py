@@ -6,10 +6,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from composer_lab.explore.stats import VERDICTS, friedman, holm, paired, seeds_needed, tost_p_value
+from composer_lab.explore.stats import VERDICTS, compare, friedman, holm, paired, seeds_needed, tost_p_value
 
 
 def test_holm_matches_the_hand_computation_in_the_given_order():
@@ -113,3 +114,27 @@ def test_seeds_needed_refuses_what_it_cannot_estimate():
 
 def test_the_verdict_words():
     assert VERDICTS == ("best", "worse", "equivalent", "racing", "undecided")
+
+
+def test_only_the_family_of_every_pair_keeps_wrong_worse_verdicts_at_alpha():
+    # six orders with no true difference: the best of the data is compared with the others
+    rng = np.random.default_rng(4)
+    wrong = {"best": 0, "pairs": 0}
+    repeats = 300
+    for _ in range(repeats):
+        values = pd.DataFrame(rng.normal(0, 0.01, size=(5, 6)) + rng.normal(0, 0.05, size=(5, 1)))
+        for family in wrong:
+            wrong[family] += (compare(values, family=family)["verdict"] == "worse").any()
+    assert wrong["pairs"] / repeats <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / repeats)
+    assert wrong["best"] > wrong["pairs"]  # picking the best from the data makes the others look worse
+
+
+def test_compare_gives_each_order_a_verdict_against_the_best():
+    values = pd.DataFrame({"a": [0.80, 0.82, 0.79, 0.81], "b": [0.70, 0.73, 0.69, 0.70],
+                           "c": [0.80, 0.815, 0.795, 0.81]})
+    table = compare(values, delta=0.01)
+    assert list(table.index) == ["a", "b", "c"] and list(table["verdict"]) == ["best", "worse", "equivalent"]
+    assert compare(values, reference="b").loc["b", "verdict"] == "best"
+    assert compare(values, higher_is_better=False).loc["b", "verdict"] == "best"  # a loss: smallest first
+    with pytest.raises(ValueError, match="family must be 'best'"):
+        compare(values, family="all")
