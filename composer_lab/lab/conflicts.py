@@ -21,6 +21,7 @@ from composer_lab.trainer.sources import run_data
 __all__ = ["find_conflicts", "deciding_pass", "ConflictView", "CONFLICT_COLUMNS"]
 
 CONFLICT_COLUMNS = ("event", "field", "first", "second", "times", "first_batch", "last_batch", "pass")
+_WAITING = "<p><i>a fit is training: the table is refreshed when it ends</i></p>"
 _TABLE_STYLE = ("<style>.cl-conflict-table{border-collapse:collapse}.cl-conflict-table td,.cl-conflict-table th"
                 "{padding:2px 10px;border-bottom:1px solid #ddd;text-align:left}</style>")
 
@@ -76,6 +77,13 @@ class ConflictView(widgets.VBox):
         self.refresh()
 
     def refresh(self) -> None:
+        """Recompute the table; while the trainer trains in another thread (the run panel's), the
+        trace is being written there, so the table is recomputed when that fit ends (the lab
+        refreshes it then) and a click meanwhile costs the kernel nothing."""
+        if getattr(self.trainer, "busy", False):
+            if _WAITING not in self.table.value:
+                self.table.value = _WAITING + self.table.value
+            return
         self.conflicts = find_conflicts(self.trainer, self.control)
         if self.conflicts.empty:
             self.table.value = "<i>no two algorithms changed the same field at the same event (yet)</i>"

@@ -2,9 +2,10 @@
 
 Widgets never change the engine themselves; they call a :class:`Control`. It keeps the full
 lists (so a switched-off algorithm or pass can come back in its place), applies each change
-to the engine with one assignment (the engine reads its lists once per event, so a change
-holds from the next event on, also while a run trains in another thread), notes the change
-in the trace at the current batch, and tells its listeners so the panels can redraw.
+to the engine with one assignment at a batch boundary (while a run trains in another thread,
+the next one after the click is received, through ``Trainer.between_batches``; at once
+otherwise), notes the change in the trace at that batch, and tells its listeners so the
+panels can redraw.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ class Control:
         self.algorithms: list[Algorithm] = list(self.state.algorithms)
         self.names = [self.engine.trace.label(a) for a in self.algorithms]
         self._enabled = [True] * len(self.algorithms)
-        self._passes: list[Callable] = self.engine.passes
+        self._passes: list[Callable] = list(self.engine.passes)
         self._pass_enabled = [True] * len(self._passes)
         self._listeners: list[Callable[[str], None]] = []
 
@@ -60,10 +61,20 @@ class Control:
         """Call ``listener(kind)`` after every change ('algorithm', 'hparam' or 'pass')."""
         self._listeners.append(listener)
 
-    def _changed(self, kind: str, text: str) -> None:
-        self.engine.trace.note(kind, text, self.state.timestamp)
-        for listener in self._listeners:
-            listener(kind)
+    def _change(self, kind: str, text: str, apply: Callable[[], None]) -> None:
+        """``apply()`` the change to the engine where it holds from a batch boundary (the
+        trainer's ``between_batches``: the next one while a fit trains in another thread, now
+        otherwise), then note it in the trace at that batch and tell the listeners."""
+        def change() -> None:
+            apply()
+            self.engine.trace.note(kind, text, self.state.timestamp)
+            for listener in self._listeners:
+                listener(kind)
+        between_batches = getattr(self.target, "between_batches", None)
+        between_batches(change) if between_batches is not None else change()
+
+    def _assign_algorithms(self) -> None:
+        self.state.algorithms = self.enabled_algorithms  # one assignment, read once per event
 
     # -- algorithms -------------------------------------------------------------------------
     def algorithm(self, key: Union[int, str, Algorithm]) -> Algorithm:
@@ -96,8 +107,7 @@ class Control:
         if self._enabled[i] == bool(enabled):
             return
         self._enabled[i] = bool(enabled)
-        self.state.algorithms = self.enabled_algorithms  # one assignment, read once per event
-        self._changed("algorithm", f"{self.names[i]} {'on' if enabled else 'off'}")
+        self._change("algorithm", f"{self.names[i]} {'on' if enabled else 'off'}", self._assign_algorithms)
 
     def move_algorithm(self, key: Union[int, str, Algorithm], offset: int) -> None:
         """Move an algorithm ``offset`` places in the list (-1: up, earlier; +1: down, later).
@@ -109,8 +119,7 @@ class Control:
             return
         for items in (self.algorithms, self.names, self._enabled):
             items.insert(j, items.pop(i))
-        self.state.algorithms = self.enabled_algorithms  # one assignment, read once per event
-        self._changed("algorithm", f"moved {self.names[j]} to position {j}: {self.names}")
+        self._change("algorithm", f"moved {self.names[j]} to position {j}: {self.names}", self._assign_algorithms)
 
     def set_hyperparameter(self, key: Union[int, str, Algorithm], name: str, value: Any) -> None:
         """Set a hyperparameter; the value is checked by building a fresh instance of the
@@ -129,8 +138,7 @@ class Control:
         type(algo)(**{**current, name: value})  # raises the constructor's ValueError for bad values
         if value == old:
             return
-        setattr(algo, name, value)
-        self._changed("hparam", f"{self.names[i]}.{name} {old!r} -> {value!r}")
+        self._change("hparam", f"{self.names[i]}.{name} {old!r} -> {value!r}", lambda: setattr(algo, name, value))
 
     # -- passes -----------------------------------------------------------------------------
     @property
@@ -155,8 +163,10 @@ class Control:
                          f"function, or one of the names {self.pass_names}")
 
     def _apply_passes(self, text: str) -> None:
+        self._change("pass", text, self._assign_passes)
+
+    def _assign_passes(self) -> None:
         self.engine.passes = [p for p, on in zip(self._passes, self._pass_enabled) if on]  # one assignment
-        self._changed("pass", text)
 
     def move_pass(self, key: Union[int, str, Callable], offset: int) -> None:
         """Move a pass ``offset`` places (-1: up, earlier; +1: down, later), within the list."""

@@ -107,7 +107,10 @@ class RunHandle:
         if not self._resume.is_set():
             self._note("paused", state)
             self._paused.set()
-            self._resume.wait()
+            resumed = False
+            while not resumed:
+                resumed = self._resume.wait(0.05)
+                self.trainer.apply_changes()  # a change made while paused holds at once, and before the run goes on
             self._paused.clear()
             if not self._stop:
                 self._note("resumed", state)

@@ -35,8 +35,8 @@ class LoopLock:
 
     @property
     def busy(self) -> bool:
-        """Whether a loop runs now (in any thread)."""
-        return self._lock.locked()
+        """Whether a loop runs now in another thread than the caller's."""
+        return self._lock.locked() and self._holder is not threading.current_thread()
 
     @contextmanager
     def hold(self, loop: str, run_name: str, batch: int) -> Iterator[None]:

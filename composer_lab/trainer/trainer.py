@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import threading
 import uuid
 from typing import Any, Callable, Optional, Sequence, Union
 
@@ -138,6 +139,8 @@ class Trainer:
         self._batch_seq = 0  # the trace's seq when the batch in flight was taken
         self._guard = InterruptGuard()
         self._loop_lock = LoopLock()
+        self._boundary_lock = threading.RLock()  # (a change may make another: it runs at once then)
+        self._between_batches: Optional[list[Callable[[], None]]] = None  # a list while a fit runs
         self._rank_traces: Optional[distributed.RankTraces] = None
         self._close_at_exit = close_at_exit(self)
 
@@ -166,7 +169,8 @@ class Trainer:
 
     @property
     def busy(self) -> bool:
-        """Whether a loop (fit, eval, predict, close) runs now, in any thread."""
+        """Whether a loop (fit, eval, predict, close) runs now in another thread than the caller's:
+        then reading the trace or the state from here races with it (the lab waits for its end)."""
         return self._loop_lock.busy
 
     @property
@@ -213,7 +217,35 @@ class Trainer:
                 if longer != state.max_duration:
                     self.trace.note("duration", duration_change_note(state, longer), state.timestamp)
                 state.max_duration = longer
-            self._fit()
+            self._between_batches = []
+            try:
+                self._fit()
+            finally:
+                with self._boundary_lock:  # from here on, a change runs at once
+                    self.apply_changes()
+                    self._between_batches = None
+
+    def between_batches(self, change: Callable[[], None]) -> None:
+        """Run ``change`` (a change of algorithms or passes) at the next batch boundary, after
+        BATCH_END in the thread that trains, when a fit runs in another thread (the lab's run
+        panel): a change never lands between two events of one batch (LabelSmoothing's
+        BEFORE_LOSS and AFTER_LOSS). Run now otherwise."""
+        with self._boundary_lock:
+            if self._between_batches is not None and self.busy:
+                self._between_batches.append(change)
+                return
+        change()
+
+    def apply_changes(self) -> None:
+        """Run the changes :meth:`between_batches` queued, in the calling thread: the loop does
+        after each BATCH_END; a callback that waits at a batch boundary (the run panel's pause)
+        calls it while it waits, so changes made meanwhile hold at once."""
+        with self._boundary_lock:
+            changes = list(self._between_batches or ())
+            if self._between_batches:
+                self._between_batches.clear()
+            for change in changes:
+                change()
 
     def _fit(self) -> None:
         """The loop of :meth:`fit`, from FIT_START to FIT_END."""
@@ -253,6 +285,8 @@ class Trainer:
             run(Event.BATCH_START)
             self._train_batch(samples)
             run(Event.BATCH_END)
+            if self._between_batches:
+                self.apply_changes()
             self._flush(only_when_due=True)
             if self.eval_dataloader is not None and self.eval_interval.due_after_batch(state.timestamp):
                 self._evaluate(self.eval_dataloader)

@@ -285,3 +285,37 @@ def test_a_new_panel_on_a_trainer_replaces_the_monitor_and_takes_over_a_run_goin
     trainer.fit("2ba")
     calls = trainer.trace.invocations
     assert (calls.loc[calls["event"] == "batch_end", "batch"].value_counts() == 1).all(), "one monitor call a batch"
+
+
+def test_a_change_while_paused_holds_at_once_and_the_conflicts_wait_for_the_end_of_the_fit():
+    trainer = make_trainer([Mix(), Pick(0, 1)], max_duration="8ba")
+    lab = Lab(trainer)
+    handle = lab.run.start(pause_at=3)
+    assert handle.wait_paused(timeout=30)
+    reads = []
+    lab.conflicts.trainer = _Counting(trainer, reads)
+    lab.algorithms.checkboxes["Mix"].value = False
+    for _ in range(200):  # the paused run applies it within 0.05 s
+        if [a.__class__.__name__ for a in trainer.state.algorithms] == ["Pick"]:
+            break
+        threading.Event().wait(0.01)
+    assert [a.__class__.__name__ for a in trainer.state.algorithms] == ["Pick"]
+    lab.conflicts.refresh_button.click()
+    assert "a fit is training: the table is refreshed when it ends" in lab.conflicts.table.value
+    assert set(reads) <= {"composer_lab-run"}, "the trace is read only in the thread that writes it"
+    handle.resume()
+    handle.wait(timeout=30)
+    assert reads and "a fit is training" not in lab.conflicts.table.value, "refreshed at the end of the fit"
+    assert ran_at(trainer, "Mix", "after_dataloader") == [0, 1, 2]
+
+
+class _Counting:
+    """A trainer seen through a proxy that counts reads of its trace from other threads than the fit's."""
+
+    def __init__(self, trainer, reads):
+        self._trainer, self._reads = trainer, reads
+
+    def __getattr__(self, name):
+        if name == "trace":
+            self._reads.append(threading.current_thread().name)
+        return getattr(self._trainer, name)

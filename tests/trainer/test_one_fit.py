@@ -141,3 +141,27 @@ def test_a_longer_duration_is_a_note_naming_the_schedule_that_moves():
     assert list(note["batch"]) == [10]
     assert note["text"].iloc[0] == ("max_duration 10ba -> 20ba; schedules in fractions of the run move: "
                                     "SelectiveBackprop [5, 9) -> [10, 18) batches")
+
+
+def test_a_change_from_another_thread_during_a_fit_waits_for_the_batch_boundary():
+    """Never between two events of one batch (an algorithm's BEFORE_LOSS and AFTER_LOSS)."""
+    at_loss, go_on = threading.Event(), threading.Event()
+
+    class HoldAtLoss(Callback):
+        def before_loss(self, state, logger) -> None:
+            if state.timestamp.batch == 2:
+                at_loss.set()
+                go_on.wait(30)
+
+    trainer = make_trainer(callbacks=[HoldAtLoss()], max_duration="5ba")
+    ran_at = []
+    worker = threading.Thread(target=trainer.fit, name="worker")
+    worker.start()
+    assert at_loss.wait(30)
+    trainer.between_batches(lambda: ran_at.append((trainer.state.timestamp.batch, str(trainer.engine.event))))
+    assert ran_at == [], "queued while batch 2 is in flight"
+    go_on.set()
+    worker.join(30)
+    assert ran_at == [(3, "batch_end")], "after batch 2's BATCH_END, before batch 3"
+    trainer.between_batches(lambda: ran_at.append("now"))
+    assert ran_at[-1] == "now", "no fit elsewhere: at once"
