@@ -11,18 +11,23 @@ cores) and writes
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
+import os
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 import torch
 
 __all__ = ["main", "build_parser", "parse_algorithms", "positive_int", "DEFAULT_ALGORITHMS"]
 
 DEFAULT_ALGORITHMS = "selective_backprop,label_smoothing"
+DEFAULT_SWEEP_ALGORITHMS = "cutout,mixup,label_smoothing"
+"""Algorithms whose order is free somewhere (CutOut and MixUp at after_dataloader): 2 distinct orders."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,19 +68,29 @@ def build_parser() -> argparse.ArgumentParser:
     check.set_defaults(handler=check_notebooks_command)
     sweep = commands.add_parser("sweep", help="train every distinct order of some algorithms with several seeds "
                                 "and rank the orders", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    sweep.add_argument("--algorithms", default="cutout,label_smoothing,selective_backprop",
-                       help="comma-separated snake_case names, in the order the first row of the ranking uses")
-    sweep.add_argument("--seeds", type=int, default=5, help="how many seeds (0, 1, ...) each order trains with")
-    sweep.add_argument("--workers", type=int, default=None, help="local worker processes (default: one per core)")
+    sweep.add_argument("--algorithms", default=DEFAULT_SWEEP_ALGORITHMS,
+                       help="comma-separated snake_case names; two or more must meet at an event where their "
+                            "order is free (CutOut and MixUp do, at after_dataloader)")
+    sweep.add_argument("--seeds", type=positive_int, default=None, help="how many seeds (0, 1, ...) each order "
+                       "trains with (default 5; with --race, the most an order may train: default 20)")
+    sweep.add_argument("--workers", type=positive_int, default=None,
+                       help="local worker processes (default: one per core)")
     sweep.add_argument("--scheduler", default=None, help="a Dask scheduler's address: train there instead")
     sweep.add_argument("--data", default="digits", choices=["digits", "synthetic"])
     sweep.add_argument("--model", default="cnn", choices=["cnn", "mlp"])
-    sweep.add_argument("--epochs", type=int, default=3)
-    sweep.add_argument("--batch-size", type=int, default=64)
+    sweep.add_argument("--epochs", type=positive_int, default=3)
+    sweep.add_argument("--batch-size", type=positive_int, default=64)
     sweep.add_argument("--lr", type=float, default=0.05, help="SGD learning rate (momentum 0.9)")
     sweep.add_argument("--metric", default="metrics/eval/Accuracy", help="the final metric ranked")
     sweep.add_argument("--folder", default=None, help="the sweep folder (default: sweeps/<start time>); "
                        "run again on it to resume")
+    sweep.add_argument("--race", action="store_true", help="race the orders: train seed by seed and stop each "
+                       "order once it is worse than the best or equivalent to it within --delta")
+    sweep.add_argument("--delta", type=float, default=0.005, help="with --race: the smallest difference of the "
+                       "metric that matters (0.005: half a point of accuracy)")
+    sweep.add_argument("--alpha", type=float, default=0.05, help="with --race: the error rate a verdict accepts")
+    sweep.add_argument("--min-seeds", type=positive_int, default=3,
+                       help="with --race: the seeds every order trains before the first verdict")
     sweep.add_argument("--mlflow", default=None, metavar="URI", help="also log the sweep to this MLflow tracking "
                        "store (e.g. sqlite:///mlflow.db): a parent run, a child per (order, seed); the mlflow extra")
     sweep.set_defaults(handler=sweep_command)
@@ -265,10 +280,14 @@ class SweepExperiment:
 
 
 def sweep_command(args: argparse.Namespace) -> int:
-    """Check which pairs commute, sweep the orders that can differ, write the sweep folder
-    (results.parquet, ranking.csv, ranking.png, commutation.parquet), print the ranking."""
+    """Check which pairs commute, sweep (or race) the orders that can differ, write the sweep
+    folder (results.parquet, ranking.csv or decision.csv, ranking.png, commutation.parquet), print
+    the ranking or the race's decision. A failed run or an interrupt ends with one line that says
+    what finished and how to go on."""
     from composer_lab.explore import Sweep, commutation, local_pool, orderings
+    from composer_lab.explore.scheduler import SweepFailed
 
+    seeds = _sweep_seeds(args)
     if args.mlflow:  # (an unreachable store fails now, before any training)
         from composer_lab.tracking.mlflow_store import MLflowStore
         MLflowStore(args.mlflow)
@@ -276,24 +295,83 @@ def sweep_command(args: argparse.Namespace) -> int:
     experiment = SweepExperiment(args.data, args.model, args.epochs, args.batch_size, args.lr)
     table = commutation(experiment, algorithms)
     orders = orderings(algorithms, commutation=table)
+    again = "run the same command again to finish (finished runs are kept)"
+
+    def report(row: dict) -> None:
+        print(f"  {row['order']}  seed {row['seed']}: {row.get(args.metric)}", flush=True)
+
     executor = _dask_client(args.scheduler) if args.scheduler else local_pool(args.workers)
     try:
-        sweep = Sweep(experiment, algorithms, seeds=range(args.seeds), metric=args.metric, orders=orders,
+        sweep = Sweep(experiment, algorithms, seeds=range(seeds), metric=args.metric, orders=orders,
                       executor=executor, folder=args.folder or time.strftime("sweeps/sweep-%Y%m%d-%H%M%S"))
-        table.to_parquet(sweep.folder.path / "commutation.parquet", index=False)
-        print(f"{len(orders)} distinct orders x {args.seeds} seeds, {len(sweep.pending())} runs to train "
-              f"in {sweep.folder.path}")
-        sweep.run(on_result=lambda row: print(f"  {row['order']}  seed {row['seed']}: {row.get(args.metric)}"))
+        plain = table.copy()
+        plain.attrs = {}  # (what commutation() says about the table, not columns parquet can keep)
+        plain.to_parquet(sweep.folder.path / "commutation.parquet", index=False)
+        print(f"{len(orders)} distinct orders x {seeds} seeds{' at most (race)' if args.race else ''}, "
+              f"{len(sweep.pending())} runs {'left' if args.race else 'to train'} in {sweep.folder.path}")
+        with _once_per_sweep_warnings():
+            outcome = (sweep.race(args.delta, args.alpha, args.min_seeds, on_result=report) if args.race
+                       else sweep.run(on_result=report))
+    except SweepFailed as err:
+        print(f"composer-lab: error: {err.advice(again)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"composer-lab: interrupted; {len(sweep.results)} of {len(sweep.trials())} runs finished and are "
+              f"saved in {sweep.folder.path}: {again}", file=sys.stderr)
+        return 130
     finally:
         executor.close() if args.scheduler else executor.shutdown()  # (a Client closes, a pool shuts down)
-    ranking = sweep.ranking()
-    ranking.to_csv(sweep.folder.path / "ranking.csv", index=False)
+    if args.race:
+        outcome.table.to_csv(sweep.folder.path / "decision.csv", index=False)
+        print(outcome.table.to_string(index=False))
+        print(outcome.answer)
+    else:
+        ranking = sweep.ranking()
+        ranking.to_csv(sweep.folder.path / "ranking.csv", index=False)
+        print(ranking.to_string(index=False))
     sweep.plot().savefig(sweep.folder.path / "ranking.png", dpi=100)
-    print(ranking.to_string(index=False))
     if args.mlflow:
         print(f"logged to MLflow {args.mlflow}: parent run {sweep.to_mlflow(args.mlflow)} "
               f"(mlflow ui --backend-store-uri {args.mlflow})")
     return 0
+
+
+def _sweep_seeds(args: argparse.Namespace) -> int:
+    """How many seeds the sweep or race may train; its settings refused in the command line's
+    terms before any work."""
+    seeds = args.seeds if args.seeds is not None else 20 if args.race else 5
+    if not args.race:
+        return seeds
+    if args.min_seeds < 2:
+        raise ValueError(f"--min-seeds must be 2 or more, got {args.min_seeds}: a paired test needs 2 seeds of "
+                         f"every order; e.g. --min-seeds 3")
+    if seeds < args.min_seeds:
+        raise ValueError(f"--seeds {seeds} is fewer than --min-seeds {args.min_seeds}, so the race could not reach "
+                         f"a verdict; give more seeds (a race trains only what it needs), e.g. --seeds 20")
+    if not args.delta > 0:
+        raise ValueError(f"--delta must be a positive number, got {args.delta:g}: the smallest difference of the "
+                         f"metric that matters, in its units; e.g. --delta 0.005 (half a point of accuracy)")
+    if not 0 < args.alpha < 1:
+        raise ValueError(f"--alpha must lie between 0 and 1, got {args.alpha:g}: the error rate a verdict "
+                         f"accepts; e.g. --alpha 0.05")
+    return seeds
+
+
+@contextlib.contextmanager
+def _once_per_sweep_warnings() -> Iterator[None]:
+    """Show each warning once for the whole sweep, not once per run: Python's 'once' action here
+    and in the worker processes started meanwhile (they read PYTHONWARNINGS)."""
+    before = os.environ.get("PYTHONWARNINGS")
+    os.environ["PYTHONWARNINGS"] = "once"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("once")
+            yield
+    finally:
+        if before is None:
+            del os.environ["PYTHONWARNINGS"]
+        else:
+            os.environ["PYTHONWARNINGS"] = before
 
 
 def _dask_client(address: str) -> Any:

@@ -116,8 +116,9 @@ def test_a_run_that_kills_its_worker_every_time_fails_the_sweep_with_what_to_do(
     try:
         sweep = Sweep(functools.partial(dying_while, str(flag)), [CutOut(), MixUp()], seeds=[0, 1], executor=pool,
                       folder=tmp_path / "sweep")
-        with pytest.raises(RuntimeError, match=r"^the run of .* with seed 1 failed \(TerminatedWorkerError: [^\n]*\); [0-3] of 4 runs "
-                                               r"finished and are saved in .*: call run\(\) again to train the rest[^\n]*$"):
+        with pytest.raises(RuntimeError, match=r"^the run of .* with seed 1 failed \(TerminatedWorkerError: [^\n]*\); "
+                                               r"[0-3] of 4 runs finished and are saved in .*: call run\(\) again "
+                                               r"to train the rest[^\n]*$"):
             sweep.run()
     finally:
         pool.shutdown()
