@@ -238,7 +238,7 @@ def summary(table: pd.DataFrame, global_test: tuple[float, float] = (math.nan, m
     best = table.index[table["verdict"] == "best"][0]
     seeds = int(table["n"].max())
     if len(table) == 1:
-        return f"one order ({best}, {seeds} seeds): nothing to compare; a sweep ranks two or more orders"
+        return f"one order ('{best}', {seeds} seeds): nothing to compare; a sweep ranks two or more orders"
     head = f"{len(table)} orders x {seeds} seeds"
     if len(table) == 2:
         row = table.drop(index=best).iloc[0]
@@ -246,7 +246,7 @@ def summary(table: pd.DataFrame, global_test: tuple[float, float] = (math.nan, m
         interval = "" if degenerate else f" [{row['diff_ci_low']:.4g}, {row['diff_ci_high']:.4g}]"
         how = f"paired t-test, {degenerate}" if degenerate else "paired t-test"
         within = f" (delta={delta:g})" if row["verdict"] == "equivalent" else ""
-        return (f"{head}: {table.index[table.index != best][0]} minus {best} = {row['diff']:+.4g}{interval}, "
+        return (f"{head}: '{table.index[table.index != best][0]}' minus '{best}' = {row['diff']:+.4g}{interval}, "
                 f"p = {row['p_value']:.2g} ({how}): {row['verdict']}{within}")
     statistic, p_value = global_test
     if math.isnan(p_value):
@@ -257,7 +257,7 @@ def summary(table: pd.DataFrame, global_test: tuple[float, float] = (math.nan, m
     counts = table["verdict"].value_counts()
     words = [f"{counts[v]} {v}" + (f" within delta={delta:g}" if v == "equivalent" else "")
              for v in ("worse", "equivalent", "undecided") if v in counts]
-    return (f"{head}: {found}; best {best} ({table.loc[best, 'mean']:.4g}); against it: {', '.join(words)} "
+    return (f"{head}: {found}; best '{best}' ({table.loc[best, 'mean']:.4g}); against it: {', '.join(words)} "
             f"(Holm-adjusted paired tests, alpha={alpha:g})")
 
 

@@ -53,13 +53,13 @@ def test_friedman_and_the_summary_line():
     assert (found["statistic"], found["p_value"]) == pytest.approx((expected.statistic, expected.pvalue))
     assert (found["orders"], found["seeds"]) == (4, 5)
     line = ranking.attrs["summary"]
-    assert "\n" not in line and "4 orders x 5 seeds" in line and "Friedman" in line and "best A" in line
+    assert "\n" not in line and "4 orders x 5 seeds" in line and "Friedman" in line and "best 'A' (0.81)" in line
     assert "2 worse" in line and "1 undecided" in line and "Holm" in line
 
 
 def test_two_orders_are_summarised_by_their_paired_test():
     line = rank_orders(results_of({"A": NOISY["A"], "C": NOISY["C"]}), METRIC).attrs["summary"]
-    assert line == "2 orders x 5 seeds: C minus A = -0.09 [-0.1052, -0.07479], p = 8e-05 (paired t-test): worse"
+    assert line == "2 orders x 5 seeds: 'C' minus 'A' = -0.09 [-0.1052, -0.07479], p = 8e-05 (paired t-test): worse"
     assert "Friedman" not in line
 
 
