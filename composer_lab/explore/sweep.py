@@ -343,7 +343,8 @@ def _orders(orders: Any, algorithms: list[Algorithm],
     if isinstance(orders, pd.DataFrame):
         result = _table_orders(orders, len(algorithms))
         out = orders.attrs.get("out_of_question", pd.DataFrame(columns=["algorithm", "reason"]))
-        single = len(orders) == 1 and int(orders["n_permutations"].iloc[0]) == math.factorial(len(algorithms))
+        every = len(orders) == 1 and int(orders["n_permutations"].iloc[0]) == math.factorial(len(algorithms))
+        single = every or orders.attrs.get("free_events") == []  # (a sample of orders: no event left free)
         merged = bool(orders.attrs.get("free_events"))  # free events, yet one order: the commutation merged them
         passes = list(orders.attrs.get("passes", []))
     else:

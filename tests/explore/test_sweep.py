@@ -8,6 +8,7 @@ import math
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+import pandas as pd
 import pytest
 from scipy import stats
 
@@ -229,6 +230,12 @@ def test_a_question_with_one_order_is_refused_with_why_and_how_to_free_it(tmp_pa
         Sweep(make_trainer, [CutOut(), LabelSmoothing(), SelectiveBackprop()], folder=tmp_path)
     with pytest.raises(ValueError, match=r"run in one order only.*LabelSmoothing never shares an event"):
         Sweep(make_trainer, [LabelSmoothing()], folder=tmp_path)
+    commute = pd.DataFrame({"event": ["before_loss"], "first": ["LabelSmoothing"], "second": ["LabelSmoothing#2"],
+                            "field": ["targets"], "max_abs_diff": [0.0], "commutes": [True]})
+    smoothings = [LabelSmoothing(0.1), LabelSmoothing(0.2)]
+    with pytest.raises(ValueError, match=r"run in one order only, .*: the commutation table found that the algorithms "
+                                         r"that meet commute, so orderings\(\) merged every order into one"):
+        Sweep(make_trainer, smoothings, orders=orderings(smoothings, commutation=commute), folder=tmp_path)
     with pytest.raises(ValueError, match=r"the orders \(0, 1\) and \(0, 1\) run alike \(after_dataloader: MixUp > "
                                          r"CutOut\); give each order once"):
         Sweep(make_trainer, [CutOut(), MixUp()], orders=[(0, 1), (0, 1)], folder=tmp_path)
