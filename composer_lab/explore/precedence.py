@@ -46,7 +46,7 @@ class _Term:
 
 
 def precedence(results: pd.DataFrame, plans: Mapping[str, Mapping[str, Sequence[str]]], metric: str,
-               names: Optional[Sequence[str]] = None, confidence: float = 0.95) -> pd.DataFrame:
+               names: Optional[Sequence[str]] = None, confidence: float = 0.95, alpha: float = 0.05) -> pd.DataFrame:
     """Each pair's precedence effect on ``metric``, fitted over ``results`` (columns ``order``,
     ``seed``, ``metric``) with seed fixed effects (:data:`PRECEDENCE_COLUMNS`, smallest p first).
 
@@ -54,7 +54,9 @@ def precedence(results: pd.DataFrame, plans: Mapping[str, Mapping[str, Sequence[
     where the order is free (:meth:`~composer_lab.explore.orderings.Question.plans`). ``names``
     orients each pair (``first`` is the earlier in ``names``; default: as they appear). A pair
     run in one order by every order swept, or whose indicator the others' determine in the
-    orders swept (confounded), has no effect; its ``note`` says which."""
+    orders swept (confounded), has no effect; its ``note`` says which. ``attrs``: ``orders``,
+    ``runs``, ``dof`` (residual degrees of freedom) and ``summary``, one line naming the pairs
+    whose effect is told from 0 at ``alpha`` (Holm-adjusted)."""
     data = results[["order", "seed", metric]].dropna()
     missing = sorted(set(data["order"]) - set(plans))
     if missing:
@@ -84,7 +86,23 @@ def precedence(results: pd.DataFrame, plans: Mapping[str, Mapping[str, Sequence[
     table["p_adjusted"] = holm(table["p_value"])
     table = table.sort_values("p_value", kind="stable", na_position="last").reset_index(drop=True)
     table.attrs.update(orders=int(data["order"].nunique()), runs=len(data), dof=dof)
+    table.attrs["summary"] = _summary(table, metric, alpha)
     return table
+
+
+def _summary(table: pd.DataFrame, metric: str, alpha: float) -> str:
+    """One line: the pairs whose order changes the metric, and how many could not be estimated."""
+    head = f"{table.attrs['orders']} orders, {table.attrs['runs']} runs"
+    if table.empty:
+        return f"{head}: no two algorithms meet at an event where their order is free; no pair to estimate"
+    found = table[table["p_adjusted"] < alpha]
+    effects = "; ".join(f"{row.first} before {row.second}: {row.effect:+.4g} [{row.ci_low:.4g}, {row.ci_high:.4g}]"
+                        for row in found.itertuples())
+    test = f"Holm-adjusted p < {alpha:g}"
+    answer = (f"the order of {len(found)} of {len(table)} pairs changes {metric} ({test}): {effects}" if len(found)
+              else f"no pair's order is told to change {metric} ({test})")
+    missing = int(table["effect"].isna().sum())
+    return f"{head}: {answer}" + (f"; {missing} pairs not estimated (see note)" if missing else "")
 
 
 def _terms(plans: Mapping[str, Mapping[str, Sequence[str]]], names: Optional[Sequence[str]]) -> list[_Term]:

@@ -63,6 +63,8 @@ def test_sampled_orders_recover_the_set_pair_effects():
     assert found.loc[("A", "E"), "events"] == "e2; e3 (reversed)"
     assert list(table["first"] + table["second"])[:3] == ["AB", "CD", "AE"]  # smallest p first
     assert table.attrs["orders"] == 40 and table.attrs["runs"] == 120
+    assert table.attrs["summary"].startswith("40 orders, 120 runs: the order of 3 of 7 pairs changes score "
+                                             "(Holm-adjusted p < 0.05): A before B: +0.0299")
 
 
 def test_the_intervals_cover_the_set_effects_as_often_as_they_claim():
@@ -87,6 +89,7 @@ def test_pairs_that_always_flip_together_are_confounded_not_estimated():
     assert flipped["effect"].isna().all()
     assert flipped.loc[("A", "B"), "note"].startswith("confounded with A before C, A before D, B before C")
     assert table.loc[("A", "E"), "note"] == "runs in one order in every order swept"
+    assert table.attrs["summary"].endswith("7 pairs not estimated (see note)")
 
 
 def test_a_noiseless_experiment_is_fitted_exactly():
