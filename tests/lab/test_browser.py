@@ -163,24 +163,24 @@ def test_the_run_panel_runs_stops_is_interrupted_continues_and_follows_a_cell_fi
         while int(kernel(batch)) < 5:
             time.sleep(0.1)
         page.click(".cl-run-stop")
-        status = _wait_text(page, ".cl-run-status", "stopped after batch")
+        status = _wait_text(page, ".cl-run-status", "stopped: ")
         stopped = int(kernel(batch))
-        assert f"stopped after batch {stopped} (max_duration 400ba)" in status
+        assert f"stopped: {stopped} batches trained (max_duration 400ba)" in status
         assert page.inner_text(".cl-run-label").strip() == f"{stopped} / 400 batches", "total: the run's length"
 
         _start(page, "400ba")  # run, then interrupt the kernel (JupyterLab's stop button)
         while int(kernel(batch)) < stopped + 5:
             time.sleep(0.1)
         page.evaluate("() => window.jupyterapp.commands.execute('kernelmenu:interrupt')")
-        _wait_text(page, ".cl-run-status", "interrupted by the kernel after batch")
+        _wait_text(page, ".cl-run-status", "interrupted by the kernel: ")
         notes = json.loads(kernel("import json; print(json.dumps(list(trainer.trace.notes['kind'])))"))
         assert notes.count("interrupt") == 2 and notes[-1] == "interrupt"
         interrupted = int(kernel(batch))
 
         _start(page, "5ba")  # continue
-        _wait_text(page, ".cl-run-status", f"done: {interrupted + 5} batches")
+        _wait_text(page, ".cl-run-status", f"done: {interrupted + 5} batches trained")
         kernel("trainer.fit('3ba')")  # a fit from a cell: the lab follows
-        _wait_text(page, ".cl-run-status", f"trained to batch {interrupted + 8}")
+        _wait_text(page, ".cl-run-status", f"done: {interrupted + 8} batches trained (a fit() outside the panel")
         assert page.inner_text(".cl-run-label").strip() == f"{interrupted + 8} / {interrupted + 8} batches"
         page.wait_for_selector(".cl-run-live-plot", state="visible")
         shot = tmp_path / "run_panel.png"
@@ -188,3 +188,73 @@ def test_the_run_panel_runs_stops_is_interrupted_continues_and_follows_a_cell_fi
         print(f"screenshot: {shot}")
         browser.close()
     assert shot.stat().st_size > 0
+
+
+_RECORDERS = """import json, threading, time
+from composer_lab import Callback
+ticks, held = [], []
+class Tick(Callback):
+    def batch_end(self, state, logger):
+        ticks.append((time.time(), state.timestamp.batch))
+        time.sleep(0.002)
+trainer.state.callbacks.append(Tick())
+lab.control.on_change(lambda kind: held.append((time.time(), trainer.state.timestamp.batch)))
+"""
+
+
+def test_a_toggle_during_a_run_holds_from_the_next_batch_and_a_refused_start_is_a_notice(jupyter, tmp_path):
+    """The latency from the click to the batch the change holds from is measured and saved
+    (toggle_latency.json in the test's tmp dir), not asserted: the machine may be loaded."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser, page, kernel = _open_lab(p, jupyter)
+        kernel(_RECORDERS)
+        _start(page, "100000ba")
+        _wait_text(page, ".cl-run-status", "training for 100000ba")
+        checkbox = ".cl-algorithm-LabelSmoothing input[type=checkbox]"
+        clicks = []
+        for _ in range(4):
+            time.sleep(1.0)
+            clicks.append(time.time())
+            page.click(checkbox)
+        for _ in range(100):
+            state = json.loads(kernel("print(json.dumps({'held': held, 'ticks': ticks}))"))
+            if len(state["held"]) == len(clicks):
+                break
+            time.sleep(0.1)
+        page.click(".cl-run-stop")
+        _wait_text(page, ".cl-run-status", "stopped: ")
+        calls = json.loads(kernel(
+            "inv = trainer.trace.invocations\n"
+            "ls = inv[(inv['name'] == 'LabelSmoothing') & (inv['event'] == 'before_loss') & inv['matched']]\n"
+            "print(json.dumps(sorted(set(int(b) for b in ls['batch']))))"))
+        end = int(kernel("print(trainer.state.timestamp.batch)"))
+
+        assert len(state["held"]) == len(clicks), "every click reached the engine while the run trained"
+        latencies = []
+        ticks = state["ticks"]
+        for clicked, (held_at, batch) in zip(clicks, state["held"]):
+            before = max((b for t, b in ticks if t <= clicked), default=0)
+            latencies.append({"seconds": round(held_at - clicked, 3), "batches": batch - before})
+        switches = [batch for _, batch in state["held"]]  # off, on, off, on: from these batches on
+        trained = set(range(end))
+        expected = {b for b in trained if b < switches[0] or switches[1] <= b < switches[2] or b >= switches[3]}
+        assert set(calls) == expected, "each change holds exactly from the batch boundary it was noted at"
+        (tmp_path / "toggle_latency.json").write_text(json.dumps(latencies, indent=1))
+        print(f"toggle latency, click to the batch it holds from: {latencies}")
+
+        kernel("worker = threading.Thread(target=trainer.fit, args=('300ba',), name='worker'); worker.start()")
+        _wait_text(page, ".cl-run-status", "training in thread 'worker' (a fit() outside the panel)")
+        _start(page, "")
+        notice = _wait_text(page, ".cl-run-notice", "Start refused at")
+        assert "is already training (fit started in thread 'worker'" in notice
+        total = end + 300
+        _wait_text(page, ".cl-run-status", f"done: {total} batches trained (a fit() outside the panel, in thread "
+                                           f"'worker')")
+        assert page.inner_text(".cl-run-label").strip() == f"{total} / {total} batches"
+        assert page.is_enabled(".cl-run-start") and not page.is_enabled(".cl-run-stop")
+        shot = tmp_path / "refused_start.png"
+        page.screenshot(path=str(shot), full_page=True)
+        print(f"screenshot: {shot}")
+        browser.close()
