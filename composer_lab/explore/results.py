@@ -1,9 +1,10 @@
 """A sweep folder: the experiment it belongs to, one run folder and one result row per trial.
 
-Layout: ``sweep.json`` (the experiment: :mod:`~composer_lab.explore.identity`), ``rows/<key>.json`` (one
-result row per finished (order, seed), each written atomically: into a temporary file, then
-renamed), ``runs/<key>/`` (the run folder, as ``Run.save`` writes it) and ``results.parquet``
-(all rows, rewritten when a sweep's ``run()`` ends). A trial counts as finished when its row
+Layout: ``sweep.json`` (the experiment: :mod:`~composer_lab.explore.identity`),
+``rows/<key>.json`` (one result row per finished (order, seed), each written atomically: into a
+temporary file, then renamed), ``runs/<key>/`` (the run folder, as ``Run.save`` writes it) and
+``results.parquet`` (all rows, rewritten when a sweep's ``run()`` ends). A key names the list
+order by its positions and the seed (``o1-0-2__seed3``). A trial counts as finished when its row
 exists, so a sweep resumed on the folder skips exactly those.
 """
 
