@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 import composer_lab.functional as cf
-from composer_lab import algorithms, core, data, explore, lab, models
+from composer_lab import algorithms, core, data, explore, lab, models, tracking
 from composer_lab import trainer as trainer_layer
 from composer_lab.algorithms import LabelSmoothing
 from composer_lab.cli import parse_algorithms
@@ -36,7 +36,7 @@ HEADER = ("input", "exception", "message")
 IMPORTS: dict[str, Any] = {
     "torch": torch, "F": F, "pd": pd, "cf": cf, "parse_algorithms": parse_algorithms, "distributed": distributed,
     "CheckpointNotFoundError": CheckpointNotFoundError,
-    **{name: getattr(module, name) for module in (core, trainer_layer, algorithms, explore, lab, data, models)
+    **{name: getattr(module, name) for module in (core, trainer_layer, tracking, algorithms, explore, lab, data, models)
        for name in module.__all__},
 }
 """What the inputs may use besides the fixtures: the public names of every layer."""

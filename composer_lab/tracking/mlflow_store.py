@@ -47,8 +47,9 @@ class MLflowStore:
         try:
             self.client.search_experiments(max_results=1)
         except Exception as err:
-            raise ValueError(f"the MLflow tracking URI {self.uri!r} does not answer ({type(err).__name__}: {err}); give "
-                             f"a tracking server's http:// address or a database such as sqlite:///mlflow.db") from None
+            raise ValueError(f"the MLflow tracking URI {self.uri!r} does not answer ({type(err).__name__}: {err}); "
+                             f"give a tracking server's http:// address or a database such as sqlite:///mlflow.db"
+                             ) from None
 
     def experiment(self, name: str) -> str:
         """The id of experiment ``name``, created if new (for a sqlite store, with its artifacts in
@@ -134,7 +135,7 @@ def _check_reachable(uri: str) -> Optional[str]:
         return None
     if parsed.scheme == "sqlite":
         database = Path(uri[len("sqlite:///"):])
-        folder = writable_folder(database.parent, f"the folder of the MLflow database {uri!r}")
+        folder = writable_folder(database.parent, f"the MLflow database {uri!r} (its folder {str(database.parent)!r})")
         return (folder / "mlartifacts").resolve().as_uri()
     if parsed.scheme in ("", "file"):
         writable_folder(parsed.path, f"the MLflow tracking folder {uri!r}")

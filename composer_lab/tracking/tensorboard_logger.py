@@ -35,7 +35,7 @@ class TensorBoardLogger(Tracker):
     def __init__(self, log_dir: Union[str, os.PathLike], flush_interval: Optional[int] = None) -> None:
         super().__init__(flush_interval)
         require("tensorboard", "tensorboard")
-        self.log_dir = writable_folder(log_dir, "TensorBoardLogger log_dir")
+        self.log_dir = writable_folder(log_dir, f"TensorBoardLogger log_dir {str(log_dir)!r}")
         self._writer: Any = None
 
     def _open(self, trainer: Any) -> None:
@@ -63,7 +63,7 @@ def run_to_tensorboard(run: Run, log_dir: Union[str, os.PathLike]) -> str:
     one: every metric row as a scalar at its batch, the setup as text and hyperparameters. Returns
     the folder's path (``tensorboard --logdir <it>``)."""
     require("tensorboard", "tensorboard")
-    folder = writable_folder(log_dir, "log_dir")
+    folder = writable_folder(log_dir, f"log_dir {str(log_dir)!r}")
     writer = _writer(folder)
     try:
         write_scalars(writer, run.metrics)

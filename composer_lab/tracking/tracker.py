@@ -156,7 +156,8 @@ def tell_failure(trainer: Any, error: BaseException) -> None:
 
 
 def writable_folder(path: Union[str, os.PathLike], what: str) -> Path:
-    """``path`` as a folder that exists and takes files, else a ValueError naming it and the fix."""
+    """``path`` as a folder that exists and takes files, else a ValueError saying ``what`` (the
+    setting and its value) cannot be written, and the fix."""
     folder = Path(path).expanduser()
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -164,7 +165,7 @@ def writable_folder(path: Union[str, os.PathLike], what: str) -> Path:
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as err:
-        raise ValueError(f"{what} {str(path)!r} cannot be written ({type(err).__name__}: {err.strerror or err}); "
+        raise ValueError(f"{what} cannot be written ({type(err).__name__}: {err.strerror or err}); "
                          f"give a folder you can create files in") from None
     return folder
 
