@@ -28,7 +28,7 @@ from composer_lab.explore.identity import experiment_identity
 from composer_lab.explore.orderings import (MAX_ALGORITHMS, algorithm_names, check_algorithms, order_label, orderings,
                                             question)
 from composer_lab.explore.precedence import precedence as pair_effects
-from composer_lab.explore.race import Decision, Race, race_values
+from composer_lab.explore.race import Decision, race_of
 from composer_lab.explore.ranking import plot_ranking, rank_orders
 from composer_lab.explore.results import SweepFolder
 from composer_lab.explore.scheduler import Scheduler, SweepFailed
@@ -147,10 +147,7 @@ class Sweep:
         run, list order, n, mean, difference from the best with its interval, adjusted p-values,
         verdict) and one sentence. Runs already in the folder count; race again to go on where it
         stopped. ``on_result`` and ``stop`` as in :meth:`run`."""
-        labels = self.labels
-        race = Race(race_values(self.results, labels, self.seeds, self.metric),
-                    {(trial.order, trial.seed): trial for trial in self.trials()}, self.metric, self.names, delta,
-                    alpha, min_seeds, self.higher_is_better)
+        race = race_of(self, delta, alpha, min_seeds)
 
         def record(row: dict) -> None:
             race.record(row)
@@ -211,7 +208,7 @@ class Sweep:
         (the best is picked from these data), ``degenerate`` where that test is undefined, and a
         verdict (worse; with ``delta``, equivalent within +-delta by TOST; else undecided).
         Intervals of an accuracy,
-        or of a metric with ``bounds=(low, high)``, are cut at its range (``clipped``).
+        or of a metric with ``bounds=(low, high)``, are cut at its range (``ci_clipped``, ``diff_ci_clipped``).
         ``ranking.attrs['friedman']`` is Friedman's test that some order differs, seeds as
         blocks; ``ranking.attrs['summary']`` one line that states the answer. See
         :func:`~composer_lab.explore.ranking.rank_orders`."""

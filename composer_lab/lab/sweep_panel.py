@@ -1,11 +1,13 @@
 """The sweep panel: choose algorithms, seeds and workers, run a :class:`~composer_lab.explore.Sweep`
-in the background, and watch the ranking fill in as runs finish.
+(or race it, with a delta) in the background, and watch the ranking or the verdicts fill in as
+runs finish.
 
 The sweep runs in a daemon thread (so the Stop button's click reaches the kernel); each
-finished run moves the progress bar and redraws the ranking table and plot, by assigning
-widget values only. Stop cancels the runs that have not started and keeps the finished ones
-(they are saved in the sweep folder: start again to resume). Await the handle in a notebook
-(``await panel.start()``); ``handle.wait()`` blocks, for scripts and tests.
+finished run moves the progress bar (``k / n`` beside it) and redraws the table and plot, by
+assigning widget values only. Stop cancels every run not yet training (a sweep hands a worker
+one run at a time); the runs training finish and are shown, and all are saved in the sweep
+folder: start again to resume. Await the handle in a notebook (``await panel.start()``);
+``handle.wait()`` blocks, for scripts and tests.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import ipywidgets as widgets
 from composer_lab.core.algorithm import Algorithm
 from composer_lab.explore import Sweep, algorithm_names, local_pool
 from composer_lab.explore.executors import default_workers
+from composer_lab.explore.race import race_of
 from composer_lab.explore.sweep import DEFAULT_METRIC
 from composer_lab.lab.plots import figure_png
 
@@ -33,8 +36,9 @@ class SweepHandle:
     the thread is re-raised by :meth:`wait` and by awaiting the handle."""
 
     def __init__(self, sweep: Sweep, on_result: Callable[[dict], None],
-                 on_done: Callable[[], None], shutdown: Optional[Callable[[], None]] = None) -> None:
-        self.sweep = sweep
+                 on_done: Callable[[], None], shutdown: Optional[Callable[[], None]] = None,
+                 delta: Optional[float] = None) -> None:
+        self.sweep, self.delta = sweep, delta
         self.error: Optional[BaseException] = None
         self._stop = threading.Event()
         self._done = threading.Event()
@@ -47,7 +51,10 @@ class SweepHandle:
 
     def _run(self) -> None:
         try:
-            self.sweep.run(on_result=self._on_result, stop=self._stop)
+            if self.delta is None:
+                self.sweep.run(on_result=self._on_result, stop=self._stop)
+            else:
+                self.sweep.race(self.delta, on_result=self._on_result, stop=self._stop)
         except BaseException as err:  # kept for wait() / await, which re-raise it in the notebook
             self.error = err
         finally:
@@ -60,8 +67,13 @@ class SweepHandle:
     def done(self) -> bool:
         return self._done.is_set()
 
+    @property
+    def stopped(self) -> bool:
+        """Whether :meth:`stop` was called."""
+        return self._stop.is_set()
+
     def stop(self) -> None:
-        """Cancel the runs that have not started; the finished ones stay in the folder."""
+        """Cancel the runs not yet training; those training finish; all stay in the folder."""
         self._stop.set()
 
     def wait(self, timeout: Optional[float] = None) -> None:
@@ -84,8 +96,11 @@ class SweepPanel(widgets.VBox):
     Args:
         make_trainer: the factory ``(algorithms, seed) -> Trainer``.
         algorithms: the algorithms offered, each with a checkbox (all checked at first).
-        seeds: the number of seeds shown at first. workers: local worker processes (default: one per core).
+        seeds: the number of seeds shown at first (racing: the most an order may train).
+        workers: local worker processes (default: one per core).
         metric: the metric ranked.
+        delta: the race's margin shown at first: orders whose difference from the best is within
+            +-delta are equivalent (:meth:`Sweep.race`); the "race" box turns racing on.
         folder: where sweeps go: one subfolder per choice of algorithms, so starting again with
             the same choice resumes (None: a new temporary folder).
         executor: train there instead of a local pool (a Dask ``Client``); the workers box is then ignored.
@@ -93,7 +108,7 @@ class SweepPanel(widgets.VBox):
 
     def __init__(self, make_trainer: Callable[[list, int], Any], algorithms: Sequence[Algorithm], seeds: int = 5,
                  workers: Optional[int] = None, metric: str = DEFAULT_METRIC,
-                 folder: Union[str, Path, None] = None, executor: Any = None) -> None:
+                 folder: Union[str, Path, None] = None, executor: Any = None, delta: float = 0.005) -> None:
         self.make_trainer, self.algorithms = make_trainer, list(algorithms)
         self.metric, self.executor = metric, executor
         self.folder = Path(folder) if folder is not None else Path(tempfile.mkdtemp(prefix="sweeps-"))
@@ -102,9 +117,12 @@ class SweepPanel(widgets.VBox):
         self.seeds = widgets.BoundedIntText(value=seeds, min=1, max=1000, description="seeds")
         self.workers = widgets.BoundedIntText(value=workers or default_workers(), min=1, max=512,
                                               description="workers", disabled=executor is not None)
+        self.race = widgets.Checkbox(value=False, description="race", indent=False)
+        self.delta = widgets.BoundedFloatText(value=delta, min=1e-9, max=1e9, step=0.001, description="delta")
         self.run_button = widgets.Button(description="Run sweep", button_style="success", icon="play")
         self.stop_button = widgets.Button(description="Stop", button_style="danger", icon="stop", disabled=True)
         self.progress = widgets.IntProgress(value=0, min=0, max=1, description="runs")
+        self.count = widgets.Label()
         self.status = widgets.HTML()
         self.table = widgets.HTML()
         self.image = widgets.Image(format="png")
@@ -113,7 +131,8 @@ class SweepPanel(widgets.VBox):
         self.run_button.on_click(lambda _: self.start())
         self.stop_button.on_click(lambda _: self.stop())
         super().__init__([widgets.HBox(self.checks), widgets.HBox([self.seeds, self.workers]),
-                          widgets.HBox([self.run_button, self.stop_button, self.progress]), self.status,
+                          widgets.HBox([self.race, self.delta]),
+                          widgets.HBox([self.run_button, self.stop_button, self.progress, self.count]), self.status,
                           self.table, self.image])
 
     def chosen(self) -> list[Algorithm]:
@@ -121,7 +140,7 @@ class SweepPanel(widgets.VBox):
         return [a for a, check in zip(self.algorithms, self.checks) if check.value]
 
     def start(self) -> SweepHandle:
-        """Sweep the checked algorithms over the seeds, in the background."""
+        """Sweep (with "race" checked: race) the checked algorithms over the seeds, in the background."""
         if self.handle is not None and not self.handle.done:
             raise RuntimeError("a sweep is running; stop it (or wait for it) before starting another")
         algorithms = self.chosen()
@@ -134,19 +153,23 @@ class SweepPanel(widgets.VBox):
             if shutdown is not None:
                 shutdown()
             raise
+        racing = self.race.value
+        self.handle = SweepHandle(self.sweep, self._on_result, self._finished, shutdown,
+                                  self.delta.value if racing else None)
         self.progress.max = len(self.sweep.trials())
         self._count()
-        self.status.value = f"{len(self.sweep.orders)} orders x {self.seeds.value} seeds in {self.sweep.folder.path}"
+        self.status.value = (f"{len(self.sweep.orders)} orders x {'at most ' if racing else ''}{self.seeds.value} seeds"
+                             f"{f', racing within delta={self.delta.value:g}' if racing else ''} in "
+                             f"{self.sweep.folder.path}")
         self.run_button.disabled, self.stop_button.disabled = True, False
         self._show()
-        self.handle = SweepHandle(self.sweep, self._on_result, self._finished, shutdown)
         return self.handle.start()
 
     def stop(self) -> None:
         """Cancel the runs that have not started; keep what finished."""
         if self.handle is not None:
             self.handle.stop()
-            self.status.value = "stopping: the runs under way finish, the others are cancelled"
+            self.status.value = "stopping: the runs training finish and are shown; nothing else starts"
 
     # -- called in the sweep's thread --------------------------------------------------------
     def _on_result(self, row: dict) -> None:
@@ -154,24 +177,35 @@ class SweepPanel(widgets.VBox):
         self._show()
 
     def _count(self) -> None:
-        """Progress: the runs saved in the folder (also those a stopped sweep left running)."""
+        """Progress: the runs saved in the folder, ``k / n`` beside the bar (a race: at most n)."""
         self.progress.value = self.progress.max - len(self.sweep.pending())
+        self.count.value = f"{self.progress.value} / {'at most ' if self._racing else ''}{self.progress.max}"
 
     def _finished(self) -> None:
         handle = self.handle
         error = handle.error if handle is not None else None
         self._count()
+        self._show()
         left = self.progress.max - self.progress.value
+        over = "the race is not over" if self._racing else f"{left} runs not trained"
         self.status.value = (f"failed: {error}" if error is not None else
-                             f"stopped: {left} runs not trained (start again to resume)" if left else "done")
+                             f"stopped: {over} (start again to resume)" if handle is not None and handle.stopped
+                             else "done")
         self.run_button.disabled, self.stop_button.disabled = False, True
 
+    @property
+    def _racing(self) -> bool:
+        return self.handle is not None and self.handle.delta is not None
+
     def _show(self) -> None:
-        """The ranking so far, as a table and a plot (nothing before the first result)."""
+        """The ranking so far (racing: the decision, verdicts and answer), as a table and a plot
+        (nothing before the first result)."""
         if self.sweep is None or self.sweep.results.empty:
             return
-        ranking = self.sweep.ranking()
-        self.table.value = ranking.to_html(index=False, float_format=lambda x: f"{x:.4f}", na_rep="")
+        if self._racing:
+            self.table.value = race_of(self.sweep, self.handle.delta).decision()._repr_html_()
+        else:
+            self.table.value = self.sweep.ranking().to_html(index=False, float_format=lambda x: f"{x:.4f}", na_rep="")
         self.image.value = figure_png(self.sweep.plot())
 
 
