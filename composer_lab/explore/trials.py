@@ -72,9 +72,16 @@ def check_passes(trainer: Trainer, make_trainer: Callable, passes: Sequence[str]
 
 
 def final_metrics(metrics: pd.DataFrame) -> dict[str, float]:
-    """The last value logged of each metric name."""
-    last = metrics.groupby("name", sort=True)["value"].last()
-    return {str(name): float(value) for name, value in last.items()}
+    """The last value logged of each metric name, except keep ratios (names ending in
+    '/keep_ratio', as 'sb/keep_ratio'): their last value is 1.0 once the algorithm's interval
+    is over, which reads as 'never selected', so a keep ratio is the mean over the batches the
+    algorithm selected on (ratio below 1), and is left out for a run where it never did."""
+    names = metrics["name"].astype(str)
+    ratio = names.str.endswith("/keep_ratio")
+    last = metrics[~ratio].groupby(names[~ratio], sort=True)["value"].last()
+    selected = metrics[ratio & (metrics["value"] < 1)]
+    kept = selected.groupby(names[selected.index], sort=True)["value"].mean()
+    return dict(sorted({str(name): float(value) for name, value in [*last.items(), *kept.items()]}.items()))
 
 
 def run_trial(make_trainer: Callable[[list, int], Any], algorithms: Sequence[Algorithm], trial: Trial,
