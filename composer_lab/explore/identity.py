@@ -3,7 +3,8 @@
 A folder's results hold only for the code and the values that produced them. The identity
 names them, readable, in the folder's ``sweep.json``:
 
-- each algorithm: its class and every attribute of the instance (its hyperparameters);
+- each algorithm: its class and the public attributes of the instance (its hyperparameters;
+  private ones hold a run's state);
 - ``code``: the source of every function and class method defined outside installed packages
   (in the notebook, the script, the user's own modules) that the factory or an algorithm class
   reaches: the factory, the helpers it calls, what they call in turn;
@@ -59,7 +60,8 @@ def experiment_identity(make_trainer: Callable, algorithms: Sequence[Algorithm],
         walk.cls(type(algorithm))
         walk.modules_of(type(algorithm))
         for attribute, value in vars(algorithm).items():
-            walk.value(f"{name}.{attribute}", value)
+            if not attribute.startswith("_"):  # (private attributes hold a run's state, not a setting)
+                walk.value(f"{name}.{attribute}", value)
         described.append({"name": name, "class": _qualified(type(algorithm))})
     identity = {"composer_lab": composer_lab.__version__, "metric": metric, "factory": factory,
                 "algorithms": described, "code": walk.code, "values": walk.values}
