@@ -14,10 +14,10 @@ names them, readable, in the folder's ``sweep.json``:
   digest of the source file of each installed module that defines an algorithm class used.
 
 :func:`differences` says what changed in words: ``EPOCHS: '3ep' -> '12ep'``,
-``GaussianNoise.apply: source changed``. Values are compared by their ``repr`` (tensors and
-arrays by their bytes): an object whose repr does not show its content (a dataset object
-built outside the factory) is not told apart; build it inside the factory, where the code that
-builds it is part of the identity.
+``GaussianNoise.apply: source changed``. Values are compared by their ``repr`` (tensors, arrays,
+a model's weights and a DataFrame's rows by their content): an object whose repr does not show
+its content (a dataset object built outside the factory, a file the factory reads) is not told
+apart; build it inside the factory, where the code that builds it is part of the identity.
 """
 
 from __future__ import annotations
@@ -257,6 +257,9 @@ def _text(value: Any) -> str:
         return f"tensor {tuple(data.shape)} {value.dtype} {_digest(data.numpy().tobytes())}"
     if isinstance(value, np.ndarray):
         return f"array {value.shape} {value.dtype} {_digest(value.tobytes())}"
+    if isinstance(value, torch.nn.Module):  # (its repr shows the layers, not the weights)
+        weights = b"".join(_text(t).encode() for t in value.state_dict().values())
+        return f"module {type(value).__qualname__} {_digest(weights)}"
     if isinstance(value, (pd.DataFrame, pd.Series)):  # (their repr shows the first and last rows only)
         value = (type(value).__name__, value.shape, value.to_dict())
     try:

@@ -9,6 +9,7 @@ import json
 import linecache
 
 import pytest
+import torch
 
 from composer_lab.algorithms import CutOut, MixUp
 from composer_lab.cli import SweepExperiment
@@ -128,13 +129,18 @@ def test_a_factory_without_source_is_told_apart_by_its_compiled_code(tmp_path):
 
 def test_values_are_read_whole_and_once():
     cell = notebook_cell(CELL.replace("EPOCHS = '6ba'", "EPOCHS = '6ba'\nTABLE = pd.DataFrame({'x': range(100)})\n"
-                                      "class Config:\n    pass\nconfig = Config()\nconfig.me = config\n")
-                         .replace("return EPOCHS", "return EPOCHS if len(TABLE) and config.me else None")
+                                      "class Config:\n    pass\nconfig = Config()\nconfig.me = config\n"
+                                      "MODEL = torch.nn.Linear(2, 2)\n")
+                         .replace("return EPOCHS", "return EPOCHS if len(TABLE) and config.me and MODEL else None")
                          .replace("import torch", "import torch\nimport pandas as pd"))
     before = experiment_identity(cell["make_trainer"], [], [], "m")
     cell["TABLE"].loc[50, "x"] = -1  # a row a DataFrame's repr does not show
     changed = differences(before, experiment_identity(cell["make_trainer"], [], [], "m"))
     assert len(changed) == 1 and changed[0].startswith("TABLE: ")
+    with torch.no_grad():
+        cell["MODEL"].weight[0, 0] += 1  # a model's repr shows its layers, not its weights
+    changed = differences(before, experiment_identity(cell["make_trainer"], [], [], "m"))
+    assert [line.split(":")[0] for line in changed] == ["MODEL", "TABLE"]
     assert before["values"]["config.me"] == "__main__.Config (recorded above)"  # a cycle, walked once
 
 
