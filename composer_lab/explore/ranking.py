@@ -67,10 +67,11 @@ def plot_ranking(ranking: pd.DataFrame, metric: str, confidence: float = 0.95) -
     means, diffs = fig.subplots(1, 2, sharey=True)
     y = np.arange(len(ranking))
     colors = [VERDICT_COLORS.get(v, "black") for v in ranking["verdict"]]
-    _intervals(means, y, ranking["mean"], ranking["ci_low"], ranking["ci_high"], colors, ranking["clipped"])
+    _intervals(means, y, ranking["mean"], ranking["ci_low"], ranking["ci_high"], colors, ranking["ci_clipped"])
     regular = ranking["degenerate"].isna() & (ranking["verdict"] != "best")
     _intervals(diffs, y[regular], ranking["diff"][regular], ranking["diff_ci_low"][regular],
-               ranking["diff_ci_high"][regular], np.array(colors)[regular.to_numpy()], ranking["clipped"][regular])
+               ranking["diff_ci_high"][regular], np.array(colors)[regular.to_numpy()],
+               ranking["diff_ci_clipped"][regular])
     for i, row in enumerate(ranking.itertuples()):
         if row.verdict == "best":
             diffs.plot([0], [i], marker="*", markersize=12, color=colors[i], linestyle="none")
@@ -83,9 +84,9 @@ def plot_ranking(ranking: pd.DataFrame, metric: str, confidence: float = 0.95) -
     means.set_yticks(y, labels, fontsize=8)
     means.invert_yaxis()
     level = f"{confidence:.0%} interval"
-    means.set_xlabel(f"{metric}: mean over seeds, {level}")
+    means.set_xlabel(f"{metric}\nmean over seeds, {level}")
     means.set_ylabel("order (as run)")
-    diffs.set_xlabel(f"paired difference from the best order (same seeds), {level}")
+    diffs.set_xlabel(f"difference from the best order\n(paired by seed), {level}")
     for ax in (means, diffs):
         ax.grid(axis="x", alpha=0.3)
     fig.legend(handles=_legend(ranking), loc="upper center", ncol=4, fontsize=8, frameon=False)
@@ -99,8 +100,9 @@ def _intervals(ax: Any, y: np.ndarray, centre: pd.Series, low: pd.Series, high: 
     for yi, c, lo, hi, color, cut in zip(y, centre, low, high, colors, clipped):
         ax.plot([c], [yi], marker="o", color=color, linestyle="none")
         if not (math.isnan(lo) or math.isnan(hi)):
-            ax.errorbar([c], [yi], xerr=[[c - lo], [hi - c]], fmt="none", ecolor=color, capsize=4,
-                        linestyle="--" if cut else "-")
+            bars = ax.errorbar([c], [yi], xerr=[[c - lo], [hi - c]], fmt="none", ecolor=color, capsize=4)
+            if cut:
+                bars.lines[2][0].set_linestyle("--")
 
 
 def _verdict_text(row) -> str:
@@ -120,6 +122,6 @@ def _legend(ranking: pd.DataFrame) -> list[Line2D]:
     handles += [Line2D([], [], marker=DEGENERATE_MARKERS.get(d, "s"), markerfacecolor="none", color="black",
                        linestyle="none", label=f"{d}: no interval")
                 for d in ranking["degenerate"].dropna().unique()]
-    if ranking["clipped"].any():
+    if (ranking["ci_clipped"] | ranking["diff_ci_clipped"]).any():
         handles.append(Line2D([], [], color="black", linestyle="--", label="interval cut at the metric's range"))
     return handles

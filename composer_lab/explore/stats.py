@@ -158,7 +158,8 @@ def seeds_needed(diffs: np.ndarray, delta: float, alpha: float = 0.05, power: fl
 
 
 COMPARE_COLUMNS = ["n", "mean", "std", "ci_low", "ci_high", "diff", "diff_ci_low", "diff_ci_high", "p_value",
-                   "p_adjusted", "tost_p_value", "tost_p_adjusted", "degenerate", "clipped", "verdict"]
+                   "p_adjusted", "tost_p_value", "tost_p_adjusted", "degenerate", "ci_clipped", "diff_ci_clipped",
+                   "verdict"]
 
 
 def compare(values: pd.DataFrame, higher_is_better: bool = True, reference: Optional[str] = None,
@@ -181,7 +182,8 @@ def compare(values: pd.DataFrame, higher_is_better: bool = True, reference: Opti
     TOST p-value is below ``alpha`` (a difference too small to matter, even if a test could tell
     it from 0), ``worse`` when the adjusted paired p-value is below ``alpha`` in the worse
     direction, else ``undecided``. With ``bounds`` (the metric's range, e.g. (0, 1) for an
-    accuracy) the intervals are cut at the range and ``clipped`` says where that happened."""
+    accuracy) the intervals are cut at the range and ``ci_clipped`` / ``diff_ci_clipped`` say
+    where that happened (a difference is cut at +-the range's width)."""
     check_alpha(alpha)
     delta = None if delta is None else check_delta(delta)
     if family not in ("best", "pairs"):
@@ -210,7 +212,9 @@ def compare(values: pd.DataFrame, higher_is_better: bool = True, reference: Opti
     table.loc[is_reference, "diff"] = 0.0
     table["p_adjusted"] = _holm_over_pairs(values, reference) if family == "pairs" else holm(table["p_value"])
     table["tost_p_adjusted"] = holm(table["tost_p_value"])
-    table["clipped"] = _clip(table, bounds)
+    table["ci_clipped"] = _clip(table, ["ci_low", "ci_high"], bounds)
+    width = None if bounds is None else bounds[1] - bounds[0]
+    table["diff_ci_clipped"] = _clip(table, ["diff_ci_low", "diff_ci_high"], None if width is None else (-width, width))
     worse = np.sign(table["diff"]) == (-1 if higher_is_better else 1)
     table["verdict"] = np.select(
         [table.index == reference, table["tost_p_adjusted"] < alpha, (table["p_adjusted"] < alpha) & worse],
@@ -276,17 +280,13 @@ def metric_bounds(metric: str, bounds: Optional[Sequence[float]] = None) -> Opti
     return low, high
 
 
-def _clip(table: pd.DataFrame, bounds: Optional[tuple[float, float]]) -> pd.Series:
-    """Cut the intervals at ``bounds`` (a difference at +-their width), in place; where it cut."""
-    clipped = pd.Series(False, index=table.index)
+def _clip(table: pd.DataFrame, columns: list[str], bounds: Optional[tuple[float, float]]) -> pd.Series:
+    """Cut the interval ``columns`` at ``bounds``, in place; where it cut."""
     if bounds is None:
-        return clipped
-    low, high = bounds
-    for columns, (lo, hi) in ((["ci_low", "ci_high"], (low, high)),
-                              (["diff_ci_low", "diff_ci_high"], (low - high, high - low))):
-        cut = table[columns].clip(lo, hi)
-        clipped |= (cut != table[columns]).any(axis=1) & table[columns].notna().all(axis=1)
-        table[columns] = cut
+        return pd.Series(False, index=table.index)
+    cut = table[columns].clip(*bounds)
+    clipped = (cut != table[columns]).any(axis=1) & table[columns].notna().all(axis=1)
+    table[columns] = cut
     return clipped
 
 

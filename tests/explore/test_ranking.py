@@ -94,12 +94,16 @@ def test_degenerate_comparisons_are_labelled_not_drawn_as_intervals():
 def test_an_accuracy_interval_stays_inside_0_and_1():
     values = {"A": [0.99, 0.70, 0.98, 0.99], "B": [0.80, 0.76, 0.78, 0.79]}
     ranking = rank_orders(results_of(values), METRIC).set_index("order")
-    assert ranking.loc["A", "ci_high"] == 1.0 and ranking.loc["A", "clipped"]
-    assert ranking.loc["B", "ci_high"] < 1.0 and not ranking.loc["B", "clipped"]
+    assert ranking.loc["A", "ci_high"] == 1.0 and ranking.loc["A", "ci_clipped"]
+    assert ranking.loc["B", "ci_high"] < 1.0 and not ranking.loc["B", "ci_clipped"]
+    assert not ranking["diff_ci_clipped"].any()  # the difference's interval is well inside +-1
     loss = rank_orders(results_of(values, "loss"), "loss").set_index("order")
-    assert loss.loc["A", "ci_high"] > 1.0 and not loss["clipped"].any()  # a loss has no upper bound
+    assert loss.loc["A", "ci_high"] > 1.0 and not loss["ci_clipped"].any()  # a loss has no upper bound
     custom = rank_orders(results_of(values, "score"), "score", bounds=(0, 0.95)).set_index("order")
-    assert custom.loc["A", "ci_high"] == 0.95 and custom.loc["A", "clipped"]
+    assert custom.loc["A", "ci_high"] == 0.95 and custom.loc["A", "ci_clipped"]
+    wide = rank_orders(results_of({"A": [0.9, 0.1, 0.9], "B": [0.1, 0.9, 0.1]}), METRIC).set_index("order")
+    assert (wide.loc["B", "diff_ci_low"], wide.loc["B", "diff_ci_high"]) == (-1.0, 1.0)  # a difference: +-1
+    assert wide.loc["B", "diff_ci_clipped"]
     with pytest.raises(ValueError, match="bounds must be"):
         rank_orders(results_of(values), METRIC, bounds=(1, 0))
 
