@@ -25,7 +25,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import pandas as pd
 import torch
-from matplotlib.patches import Rectangle
+from matplotlib.patches import Patch, Rectangle
 
 from composer_lab.core.algorithm import Algorithm
 from composer_lab.core.event import Event
@@ -45,6 +45,7 @@ TOLERANCE = 1e-5
 """Largest absolute difference still counted as equal (float rounding of reordered arithmetic)."""
 COLUMNS = ["event", "first", "second", "field", "max_abs_diff", "points", "commutes"]
 JUDGED_COLUMNS = ["event", "first", "second", "opening_event"]
+_GREEN, _RED = "#5cb85c", "#d9534f"
 
 
 def commutation(make_trainer: Callable[[list, int], Any], algorithms: Sequence[Algorithm], seed: int = 0,
@@ -206,23 +207,36 @@ def _max_abs_diff(left: Optional[list], right: Optional[list]) -> float:
 
 def plot_commutation(table: pd.DataFrame) -> LabFigure:
     """A heatmap of the table: one row per pair, one column per event; green where the pair
-    commutes, red where it does not (with the largest difference), blank where it never met."""
-    verdict = table.groupby(["first", "second", "event"], sort=False).agg(
-        commutes=("commutes", "all"), diff=("max_abs_diff", "max")).reset_index()
+    commutes, red where it does not, naming the first field that differs (inputs, targets,
+    outputs, loss, model, optimizer: the later ones usually follow from it) and how many more:
+    a size would mislead for class indices; blank where the pair never met there; a legend
+    says so. With no pair (the algorithms never ran at one event) the figure says that."""
+    if table.empty:
+        fig = LabFigure(figsize=(6.5, 1.1))
+        fig.text(0.5, 0.5, "These algorithms never ran at the same event: no pair to compare,\n"
+                 "so their order cannot change the run.", ha="center", va="center")
+        return fig
+    differing = table[~table["commutes"]].assign(rank=lambda t: t["field"].map(FIELDS.index)).sort_values("rank")
+    fields = differing.groupby(["first", "second", "event"], sort=False)["field"].agg(list)
+    verdict = table.groupby(["first", "second", "event"], sort=False)["commutes"].all().reset_index()
     pairs = list(dict.fromkeys(f"{f} × {s}" for f, s in zip(verdict["first"], verdict["second"])))
     events = [e.value for e in Event if e.value in set(verdict["event"])]
-    fig = LabFigure(figsize=(3.5 + 1.3 * max(len(events), 1), 1.2 + 0.45 * max(len(pairs), 1)))
+    fig = LabFigure(figsize=(5.5 + 1.3 * len(events), 1.4 + 0.45 * len(pairs)))
     ax = fig.add_subplot()
     ax.set_xlim(-0.5, len(events) - 0.5)
     ax.set_ylim(len(pairs) - 0.5, -0.5)
-    for _, row in verdict.iterrows():
-        x, y = events.index(row["event"]), pairs.index(f"{row['first']} × {row['second']}")
-        color = "#5cb85c" if row["commutes"] else "#d9534f"
-        ax.add_patch(Rectangle((x - 0.48, y - 0.48), 0.96, 0.96, color=color))
-        ax.text(x, y, "commutes" if row["commutes"] else f"Δ {row['diff']:.2g}", ha="center", va="center",
-                fontsize=8, color="white")
+    for first, second, event, commutes in verdict.itertuples(index=False):
+        x, y = events.index(event), pairs.index(f"{first} × {second}")
+        ax.add_patch(Rectangle((x - 0.48, y - 0.48), 0.96, 0.96, color=_GREEN if commutes else _RED))
+        differ = [] if commutes else fields[(first, second, event)]
+        text = "commutes" if commutes else f"≠ {differ[0]}" + (f" +{len(differ) - 1}" if len(differ) > 1 else "")
+        ax.text(x, y, text, ha="center", va="center", fontsize=8, color="white")
     ax.set_xticks(range(len(events)), events, rotation=30, ha="right")
     ax.set_yticks(range(len(pairs)), pairs)
+    ax.legend(handles=[Patch(color=_GREEN, label="the two orders leave the same state"),
+                       Patch(color=_RED, label="≠ the first field that differs, +N more"),
+                       Patch(facecolor="white", edgecolor="#999", label="the pair never met at that event")],
+              loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     ax.set_title(f"Do the pairs commute? (tolerance {table.attrs.get('tolerance', TOLERANCE):g})")
     fig.tight_layout()
     return fig
