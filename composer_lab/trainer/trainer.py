@@ -272,7 +272,7 @@ class Trainer:
             run(Event.EPOCH_START)
         self._epoch_started = True
         self.feed.open_epoch()
-        per_epoch, by_epoch = state.dataloader_len, state.max_duration.unit is TimeUnit.EPOCH
+        per_epoch = state.dataloader_len
         while True:
             run(Event.BEFORE_DATALOADER)
             batch = self.feed.next()
@@ -292,6 +292,7 @@ class Trainer:
                 self._evaluate(self.eval_dataloader)
             run(Event.BATCH_CHECKPOINT)
             epoch_done = per_epoch is not None and state.timestamp.batch_in_epoch >= per_epoch
+            by_epoch = state.max_duration.unit is TimeUnit.EPOCH  # (read each batch: stop_training changes it)
             if not by_epoch and not epoch_done and reached_max_duration(state):
                 return  # stop mid-epoch; the next fit continues this epoch
         self.feed.close_epoch()
