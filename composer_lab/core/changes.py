@@ -23,7 +23,7 @@ from torch.optim import optimizer as _optimizer_hooks
 
 from composer_lab.core.event import Event
 
-__all__ = ["TRACKED_FIELDS", "FieldWatcher", "CheckedWatcher", "ModelHooks", "UndeclaredWrite"]
+__all__ = ["TRACKED_FIELDS", "FieldWatcher", "CheckedWatcher", "ModelHooks", "UndeclaredWrite", "UNHOOKED"]
 
 TRACKED_FIELDS = ("batch", "outputs", "loss", "model", "optimizers")
 
@@ -38,6 +38,10 @@ _BOUNDARY_EVENTS = frozenset({Event.INIT, Event.BEFORE_LOAD, Event.AFTER_LOAD, E
                               Event.EVAL_STANDALONE_START, Event.PREDICT_START, Event.EVAL_BEFORE_ALL})
 
 
+UNHOOKED = (-1, -1)
+"""The hook counts noted beside a measurement taken without the hooks: never current."""
+
+
 class UndeclaredWrite(ValueError):
     """A call changed a State field that its ``writes`` declaration leaves out."""
 
@@ -46,11 +50,17 @@ class ModelHooks:
     """PyTorch's global module registration, parameter registration and optimizer-step hooks, one
     set per engine, installed while :meth:`installed` is entered (nested uses share them) and
     removed after, so importing composer_lab installs nothing. ``fired`` counts every hook call,
-    ``registered`` the registrations: a watcher reuses what it measured while they stand still."""
+    ``registered`` the registrations (both also move when the hooks come in or go): a watcher
+    reuses what it measured under the hooks while they stand still, and nothing measured without
+    them (it notes :data:`UNHOOKED` then)."""
 
     def __init__(self) -> None:
         self.fired = self.registered = self.depth = 0
         self._handles: list = []
+
+    def counts(self) -> tuple[int, int]:
+        """``(fired, registered)`` to note beside a measurement: :data:`UNHOOKED` without the hooks."""
+        return (self.fired, self.registered) if self.depth else UNHOOKED
 
     def _on_hook(self, first: Any, *args: Any) -> None:
         """A module or parameter registered (``first`` is the module) or an optimizer stepped."""
@@ -65,7 +75,6 @@ class ModelHooks:
                              torch.nn.modules.module.register_module_parameter_registration_hook(self._on_hook),
                              _optimizer_hooks.register_optimizer_step_post_hook(self._on_hook)]
         self.depth += 1
-        self._on_hook(None)  # a walk or signature taken without the hooks is not reused under them
         try:
             yield
         finally:
@@ -74,6 +83,7 @@ class ModelHooks:
                 for handle in self._handles:
                     handle.remove()
                 self._handles = []
+                self._on_hook(None)  # what was measured under the hooks is not reused without them
 
 
 class Fields(NamedTuple):
@@ -208,27 +218,22 @@ class FieldWatcher:
             self._watching = False
             self._trusted = True
         else:
-            self._watching = True
-            if self._trusted or not self._model_current():
+            self._watching, model = True, self._model
+            if self._trusted or model is None or model.fired != self.hooks.fired:
                 self._model, self._trusted = self._signature(), False
-
-    def _model_current(self) -> bool:
-        """Whether the last model signature still holds: no hook fired since (hooks installed)."""
-        model, hooks = self._model, self.hooks
-        return model is not None and model.fired == hooks.fired and hooks.depth > 0
 
     def _signature(self) -> ModelSignature:
         """The model's signature, from the last walk while no module or parameter was registered."""
-        model, last, hooks = self.state.model, self._model, self.hooks
-        walk = last.walk if (last is not None and last.walk.model is model and last.walk.registered == hooks.registered
-                             and hooks.depth) else _walk(model, hooks.registered)
-        return ModelSignature(walk.ids, tuple(map(_versions_and_flags, walk.params)), walk, hooks.fired)
+        model, last, (fired, registered) = self.state.model, self._model, self.hooks.counts()
+        walk = last.walk if (last is not None and last.walk.model is model and last.walk.registered == registered
+                             and registered != UNHOOKED[1]) else _walk(model, registered)
+        return ModelSignature(walk.ids, tuple(map(_versions_and_flags, walk.params)), walk, fired)
 
     def _model_moved(self) -> bool:
         """Whether the model changed since its signature, which is then taken afresh; the usual
         answer, no, from the parameters' versions and flags alone while no hook fired."""
         last = self._model
-        if self._model_current() and last.walk.model is self.state.model:
+        if last.fired == self.hooks.fired and last.walk.model is self.state.model:
             flags = tuple(map(_versions_and_flags, last.walk.params))
             if flags == last.flags:
                 return False
@@ -259,9 +264,9 @@ class CheckedWatcher(FieldWatcher):
 
     def before(self, obj: Any) -> None:
         super().before(obj)
-        self._obj, self._watching = obj, True
-        if not self._model_current():
-            self._model = self._signature()
+        if not self._watching:  # (a call trusted by the plain watcher: compared on the model here)
+            self._model, self._watching = self._signature(), True
+        self._obj = obj
 
     def changed(self) -> tuple[str, ...]:
         fields, declared = super().changed(), self._writes

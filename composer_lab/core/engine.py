@@ -242,7 +242,7 @@ class Engine:
             ordered = self._order(matched, event)
             if ordered:
                 traces = Traces(trace.label, ordered, self._call_all(ordered, "algorithm", "apply", event, seq), event)
-            if event is not _INIT:
+            if event is not _INIT and self.state.callbacks:
                 self._run_callbacks(event, seq)
         finally:
             if trace.recording:
