@@ -226,8 +226,8 @@ class Sweep:
         """Seeds per order for the paired t-test to tell a difference of ``delta`` from the best
         order with probability ``power``, given the spread of the paired differences so far: the
         most that any order's comparison with the best needs, at level ``alpha`` divided by the
-        number of comparisons (the first step of Holm's adjustment). See
-        :func:`~composer_lab.explore.stats.seeds_needed`."""
+        number of pairs of orders (the first step of Holm's adjustment over every pair, the
+        ranking's family). See :func:`~composer_lab.explore.stats.seeds_needed`."""
         results = self._finished()
         values = results.pivot(index="seed", columns="order", values=self.metric)
         best = self.ranking()["order"].iloc[0]
@@ -235,7 +235,7 @@ class Sweep:
         if not others:
             raise ValueError(f"only one order ({best!r}) finished: seeds_needed compares orders; run the sweep "
                              "with two or more orders first")
-        level = stats.check_alpha(alpha) / len(others)
+        level = stats.check_alpha(alpha) / math.comb(len(others) + 1, 2)
         return max(stats.seeds_needed((values[order] - values[best]).to_numpy(), delta, level, power)
                    for order in others)
 
