@@ -188,8 +188,9 @@ def _out_of_question(algorithms: list[Algorithm], names: list[str], engine: Engi
 
 
 def _pinned(i: int, plans: set[Order]) -> bool:
-    """Whether ``i`` has the same algorithms before it in every plan."""
-    return len({frozenset(plan[:plan.index(i)]) for plan in plans}) == 1
+    """Whether ``i`` has the same algorithms before it in every plan (a pass that leaves it out
+    counts as a place of its own)."""
+    return len({frozenset(plan[:plan.index(i)]) if i in plan else None for plan in plans}) == 1
 
 
 def _why_pinned(i: int, event: Event, algorithms: list[Algorithm], names: list[str], engine: Engine,
@@ -197,14 +198,14 @@ def _why_pinned(i: int, event: Event, algorithms: list[Algorithm], names: list[s
     """'pinned first at after_dataloader by sort_selective_backprop_first': where, and the
     passes without which it would move."""
     plan = next(iter(plans))
-    place = plan.index(i)
-    where = "first" if place == 0 else "last" if place == len(plan) - 1 else \
-        f"after {', '.join(names[j] for j in plan[:place])}"
+    place = plan.index(i) if i in plan else None
+    where = "left out" if place is None else "pinned first" if place == 0 else \
+        "pinned last" if place == len(plan) - 1 else f"pinned after {', '.join(names[j] for j in plan[:place])}"
     passes = engine.passes
     movers = [pass_name(p) for k, p in enumerate(passes)
               if not _pinned(i, _event_plans(_engine(passes[:k] + passes[k + 1:]), event, algorithms, listening,
                                              _WHY_SAMPLE))]
-    return f"pinned {where} at {event.value} by {' and '.join(movers) if movers else 'the passes together'}"
+    return f"{where} at {event.value} by {' and '.join(movers) if movers else 'the passes together'}"
 
 
 def orderings(algorithms: Sequence[Algorithm], passes: Optional[Sequence[Any]] = None,
