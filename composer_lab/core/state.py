@@ -37,9 +37,9 @@ def batch_key(batch: Any, key: Union[int, str]) -> Union[int, str]:
             if name in batch:
                 return name
         raise KeyError(f"dict batches need the keys 'input' and 'target' (or Hugging Face's 'input_ids' / "
-                       f"'pixel_values' and 'labels'); this one has {sorted(batch)}: rename the dataset's keys (a model "
-                       f"with its own forward(batch) and loss(outputs, batch) needs them only for algorithms that "
-                       f"read inputs or targets)")
+                       f"'pixel_values' and 'labels'); this one has {sorted(batch)}: rename the dataset's keys "
+                       f"(a model with its own forward(batch) and loss(outputs, batch) needs them only for "
+                       f"algorithms that read inputs or targets)")
     return key
 
 
