@@ -329,6 +329,7 @@ def sweep_command(args: argparse.Namespace) -> int:
         ranking = sweep.ranking()
         ranking.to_csv(sweep.folder.path / "ranking.csv", index=False)
         print(ranking.to_string(index=False))
+        print(ranking.attrs["summary"])
     sweep.plot().savefig(sweep.folder.path / "ranking.png", dpi=100)
     if args.mlflow:
         print(f"logged to MLflow {args.mlflow}: parent run {sweep.to_mlflow(args.mlflow)} "
