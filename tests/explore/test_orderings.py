@@ -70,6 +70,13 @@ def test_a_pin_no_single_pass_makes_is_said_so():
     assert list(reasons) == ["pinned last at after_dataloader by the passes together",
                              "pinned first at after_dataloader by the passes together"]
 
+    def without_mixup(algorithms, event):
+        return [a for a in algorithms if not isinstance(a, MixUp)]
+
+    assert out_of_question([CutOut(), MixUp()], passes=[without_mixup]).values.tolist() == [
+        ["CutOut", "pinned first at after_dataloader by without_mixup"],
+        ["MixUp", "left out at after_dataloader by without_mixup"]]
+
 
 def test_the_passes_decide_what_is_distinct():
     algorithms = [CutOut(), SelectiveBackprop()]
