@@ -240,11 +240,27 @@ def run_cell(algorithm_name: str, model_name: str) -> Outcome:
     return Outcome("n/a", str(no_effect[0].message)) if no_effect else Outcome("trains")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """One torch thread for the matrix (the machine is shared), the caller's count restored after."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.mark.parametrize("algorithm_name", list(ALGORITHMS))
 @pytest.mark.parametrize("model_name", list(WORKLOADS))
 def test_cell_trains_is_refused_before_training_or_is_not_applicable(model_name, algorithm_name):
-    torch.set_num_threads(1)
     RESULTS[algorithm_name, model_name] = run_cell(algorithm_name, model_name)
+
+
+def test_only_composer_labs_own_errors_count_as_refusals():
+    with pytest.raises(RuntimeError) as from_torch:
+        torch.zeros(2, 3) @ torch.zeros(2, 3)
+    with pytest.raises(ValueError) as from_lab:
+        ALGORITHMS["mixup"](alpha=-1)
+    assert not _raised_by_composer_lab(from_torch.value) and _raised_by_composer_lab(from_lab.value)
 
 
 # -- the generated tables ------------------------------------------------------------------------
