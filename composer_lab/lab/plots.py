@@ -18,6 +18,7 @@ from matplotlib import colormaps
 from matplotlib.artist import Artist
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 from composer_lab.core.event import Event
 from composer_lab.figures import LabFigure, figure_png
@@ -257,10 +258,13 @@ def plot_algorithm_events(source: Any) -> Figure:
 
 
 # -- two runs --------------------------------------------------------------------------------
-def plot_runs(a: Any, b: Any, diff: Optional[pd.DataFrame] = None, internal: bool = False) -> Figure:
+def plot_runs(a: Any, b: Any, diff: Optional[pd.DataFrame] = None, internal: bool = False,
+              max_rows: int = 12) -> Figure:
     """The same experiment twice (two pass orders, two algorithm sets): both loss curves on
-    the left, and per event how many calls moved, appeared or vanished (:func:`diff_runs`; the
-    lab's own callbacks left out unless ``internal``)."""
+    the left; on the right, one row per event and call that moved, appeared or vanished
+    (:func:`diff_runs`; the lab's own callbacks left out unless ``internal``), a mark at each
+    batch where it did, the counts in the row's label; the ``max_rows`` rows with the most
+    differences are drawn, and the title says how many more there are."""
     runs = _runs([a, b])
     if runs[0].name == runs[1].name:
         runs = [run_data(runs[0], f"{runs[0].name} (a)"), run_data(runs[1], f"{runs[1].name} (b)")]
@@ -269,16 +273,32 @@ def plot_runs(a: Any, b: Any, diff: Optional[pd.DataFrame] = None, internal: boo
     loss_ax, diff_ax = fig.subplots(1, 2)
     draw_loss(loss_ax, runs)
     loss_ax.set_title("Loss")
-    counts = pd.crosstab(diff["event"], diff["status"]).reindex(columns=list(DIFF_STATUSES), fill_value=0)
-    counts = counts[counts[["moved", "appeared", "vanished"]].sum(axis=1) > 0]
-    left = np.zeros(len(counts))
-    for status, color in _STATUS_COLORS.items():
-        diff_ax.barh(counts.index, counts[status], left=left, color=color, label=status)
-        left += counts[status].to_numpy()
-    if counts.empty:
-        diff_ax.text(0.5, 0.5, "same calls in the same order", ha="center", va="center",
-                     transform=diff_ax.transAxes)
-    diff_ax.set_xlabel("calls")
-    diff_ax.set_title(f"{runs[1].name} vs {runs[0].name}")
-    diff_ax.legend(fontsize=8)
+    title = f"{runs[1].name} vs {runs[0].name}"
+    changed = diff[diff["status"].astype(str) != "same"].assign(event=lambda d: d["event"].astype(str),
+                                                                  name=lambda d: d["name"].astype(str))
+    if changed.empty:
+        diff_ax.text(0.5, 0.5, "same calls in the same order", ha="center", va="center", transform=diff_ax.transAxes)
+        diff_ax.set_axis_off()
+        diff_ax.set_title(title)
+        return fig
+    rows = changed.groupby(["event", "name"], sort=False).size().nlargest(max_rows)
+    rank = {e.value: i for i, e in enumerate(Event)}
+    rows = rows.sort_index(key=lambda level: level.map(rank) if level.name == "event" else level)
+    for y, (event, name) in enumerate(rows.index):
+        calls = changed[(changed["event"] == event) & (changed["name"] == name)]
+        for status, color in _STATUS_COLORS.items():
+            batches = calls.loc[calls["status"].astype(str) == status, "batch"]
+            diff_ax.scatter(batches, np.full(len(batches), y), marker="|", s=120, color=color,
+                            label=status if y == 0 else None)
+    labels = []
+    for event, name in rows.index:
+        counts = changed[(changed["event"] == event) & (changed["name"] == name)]["status"].astype(str).value_counts()
+        labels.append(f"{event} · {name}\n" + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    diff_ax.set_yticks(range(len(rows)), labels, fontsize=8)
+    diff_ax.set_ylim(len(rows) - 0.5, -0.5)
+    diff_ax.set_xlabel("batch")
+    more = len(changed.groupby(["event", "name"])) - len(rows)
+    diff_ax.set_title(title + (f" ({more} more rows not shown)" if more > 0 else ""))
+    diff_ax.legend(handles=[Line2D([], [], marker="|", linestyle="", markersize=10, color=c, label=s)
+                            for s, c in _STATUS_COLORS.items()], fontsize=8, loc="upper left", bbox_to_anchor=(1, 1))
     return fig

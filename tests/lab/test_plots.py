@@ -140,14 +140,24 @@ def test_diff_runs_finds_moved_and_vanished_calls(trained, other):
     assert set(same["status"]) == {"same"}
 
 
-def test_plot_runs_overlays_losses_and_counts_the_differences(trained, other):
+def test_plot_runs_overlays_losses_and_marks_each_call_that_differs_at_its_batches(trained, other):
+    """One row per event and call, in the events' order, a mark per batch: not one bar per event."""
     fig = plot_runs(trained, other)
     loss_ax, diff_ax = fig.axes
     assert {"base train", "other train"} <= set(lines(loss_ax))
     legend = [t.get_text() for t in diff_ax.get_legend().get_texts()]
     assert legend == ["moved", "appeared", "vanished"]
-    events = [t.get_text() for t in diff_ax.get_yticklabels()]
-    assert "after_dataloader" in events and "before_loss" in events
+    rows = [t.get_text() for t in diff_ax.get_yticklabels()]
+    assert rows == ["after_dataloader · Mix\n12 moved", "after_dataloader · SelectiveBackprop\n12 moved",
+                    "before_loss · Smooth\n12 vanished", "after_loss · Smooth\n12 vanished"]
+    assert diff_ax.get_xlabel() == "batch" and len(diff_ax.collections[0].get_offsets()) == 12
+    fewer = plot_runs(trained, other, max_rows=2).axes[1]
+    assert len(fewer.get_yticklabels()) == 2 and fewer.get_title() == "other vs base (2 more rows not shown)"
+
+
+def test_plot_runs_of_one_run_says_nothing_differs(trained):
+    diff_ax = plot_runs(trained, trained).axes[1]
+    assert [t.get_text() for t in diff_ax.texts] == ["same calls in the same order"]
 
 
 def test_conflicts_pair_algorithms_changing_the_same_field_with_the_deciding_pass(trained):
