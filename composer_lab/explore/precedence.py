@@ -143,7 +143,7 @@ def _least_squares(x: np.ndarray, y: np.ndarray, k: int, confidence: float) -> t
     """Estimates of the first ``k`` coefficients of ``y ~ x`` with their t-intervals, and the
     residual degrees of freedom. A coefficient the design cannot identify (one with weight in
     the null space of ``x``) gets no estimate and lists the coefficients it is confounded with."""
-    u, s, vt = np.linalg.svd(x, full_matrices=True)
+    u, s, vt = np.linalg.svd(x, full_matrices=x.shape[0] < x.shape[1])  # vt square either way: its null rows
     rank = int((s > _TOLERANCE * s[0]).sum())
     null = vt[rank:]
     inverse = vt[:rank].T / s[:rank]
