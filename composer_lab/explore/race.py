@@ -133,8 +133,8 @@ def next_trials(table: pd.DataFrame, values: pd.DataFrame, min_seeds: int, ahead
 
 def answer(table: pd.DataFrame, delta: float, metric: str, names: Sequence[str]) -> str:
     """One sentence that states what the race found."""
-    what = metric.rsplit("/", 1)[-1]
     points = metric_bounds(metric) == (0.0, 1.0)
+    what = "accuracy" if points else metric
     size = (lambda x: f"{abs(x) * 100:.2g} points") if points else (lambda x: f"{abs(x):.3g}")
     seeds = int(table["n"].max())
     verdicts = table.set_index("order")["verdict"]
@@ -225,8 +225,10 @@ class Race:
 def race_of(sweep: Any, delta: float, alpha: float = 0.05, min_seeds: int = 3) -> Race:
     """A :class:`Race` over ``sweep``'s orders and seeds, from the results already in its folder:
     what ``Sweep.race`` drives, and where a race stands (``race_of(sweep, delta).decision()``)."""
+    out = set(sweep.out_of_question["algorithm"])
+    asked = [name for name in sweep.names if name not in out] or sweep.names  # whose order is in question
     return Race(race_values(sweep.results, sweep.labels, sweep.seeds, sweep.metric),
-                {(trial.order, trial.seed): trial for trial in sweep.trials()}, sweep.metric, sweep.names, delta,
+                {(trial.order, trial.seed): trial for trial in sweep.trials()}, sweep.metric, asked, delta,
                 alpha, min_seeds, sweep.higher_is_better)
 
 
