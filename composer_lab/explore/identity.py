@@ -263,10 +263,28 @@ def _text(value: Any) -> str:
     if isinstance(value, (pd.DataFrame, pd.Series)):  # (their repr shows the first and last rows only)
         value = (type(value).__name__, value.shape, value.to_dict())
     try:
-        text = re.sub(r" at 0x[0-9a-fA-F]+", "", repr(value))
+        text = re.sub(r" at 0x[0-9a-fA-F]+", "", _repr(value))
     except Exception as err:  # a value that cannot be read so must not stop the sweep
         return f"{type(value).__name__} (unreadable: {type(err).__name__})"
     return text if len(text) <= _LONG else f"{type(value).__name__} of {len(text)} characters, {_digest(text)}"
+
+
+def _repr(value: Any) -> str:
+    """``repr(value)``, but a set's items in a fixed order (a set of strings or enum members is
+    ordered by string hashes, which differ from one process to the next), inside lists, tuples
+    and dicts too; tensors, arrays and models inside them as :func:`_text` gives them."""
+    if isinstance(value, (set, frozenset)):
+        items = "{" + ", ".join(sorted(map(_repr, value))) + "}" if value else ""
+        return (items or "set()") if type(value) is set else f"{type(value).__name__}({items})"
+    if type(value) in (list, tuple):
+        items = [_repr(v) for v in value]
+        return f"[{', '.join(items)}]" if type(value) is list else f"({items[0]},)" if len(items) == 1 else \
+            f"({', '.join(items)})"
+    if type(value) is dict:
+        return "{" + ", ".join(f"{_repr(k)}: {_repr(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (torch.Tensor, np.ndarray, torch.nn.Module)):
+        return _text(value)
+    return repr(value)
 
 
 def _digest(data: Any) -> str:

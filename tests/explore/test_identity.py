@@ -7,6 +7,10 @@ from __future__ import annotations
 import itertools
 import json
 import linecache
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -142,6 +146,25 @@ def test_values_are_read_whole_and_once():
     changed = differences(before, experiment_identity(cell["make_trainer"], [], [], "m"))
     assert [line.split(":")[0] for line in changed] == ["MODEL", "TABLE"]
     assert before["values"]["config.me"] == "__main__.Config (recorded above)"  # a cycle, walked once
+
+
+def test_the_identity_is_the_same_in_another_process(tmp_path):
+    # Sets (an algorithm's events) are ordered by string hashes, which differ from one process to the next.
+    (tmp_path / "lab_algorithms.py").write_text(
+        "from composer_lab.core.algorithm import Algorithm\nfrom composer_lab.core.event import Event\n\n"
+        "class Twice(Algorithm):\n    events = frozenset({Event.BEFORE_LOSS, Event.AFTER_LOSS, Event.FIT_START})\n\n"
+        "    def __init__(self):\n        self.tags = {'a', 'b', 'c', 'd'}\n\n"
+        "    def apply(self, event, state, logger):\n        return None\n")
+    script = ("import json, sys; sys.path.insert(0, sys.argv[1]); from lab_algorithms import Twice; "
+              "from composer_lab.explore.identity import experiment_identity; "
+              "from tests.explore.factories import make_trainer; "
+              "print(json.dumps(experiment_identity(make_trainer, [Twice()], ['Twice'], 'm')))")
+    root = Path(__file__).resolve().parents[2]
+    identities = [json.loads(subprocess.run([sys.executable, "-c", script, str(tmp_path)], cwd=root, check=True,
+                                            capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": seed})
+                             .stdout) for seed in ("1", "2")]
+    assert identities[0]["values"]["Twice.tags"] == "{'a', 'b', 'c', 'd'}"
+    assert differences(*identities) == []
 
 
 def test_what_is_user_code():
