@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional, Sequ
 
 from composer_lab.core.algorithm import Algorithm
 from composer_lab.core.callback import listened_events
-from composer_lab.core.changes import CheckedWatcher, FieldWatcher, ModelHooks
+from composer_lab.core.watcher import CheckedWatcher, FieldWatcher, ModelHooks
 from composer_lab.core.event import _PHASE, Event
 from composer_lab.core.logger import Logger
 from composer_lab.core.passes import DEFAULT_PASSES, ORDER_ONLY_PASSES, AlgorithmPass, pass_name

@@ -1,4 +1,4 @@
-"""Which State fields a call changed, found without copying data.
+"""Change detection: which State fields a call changed, found without copying data.
 
 A field was replaced when it holds another object (compared by identity while the old one is
 held) and mutated in place when a tensor's version counter moved (PyTorch bumps ``_version`` on

@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 
 from composer_lab.core import Algorithm, Callback, Engine, Event, Logger, State
 from composer_lab.core.callback import INTERNAL_PREFIX
-from composer_lab.core.changes import UndeclaredWrite
+from composer_lab.core.watcher import UndeclaredWrite
 from composer_lab.core.trace import (EVENT_COLUMNS, EVENT_SCHEMA, INVOCATION_COLUMNS, INVOCATION_SCHEMA,
                                      EventRecord, InvocationRecord)
 
