@@ -34,6 +34,10 @@ def check_model(model: Any, loss_fn: Any) -> None:
     if loss_fn is not None:
         check_callable(loss_fn, "loss_fn", "a callable (outputs, targets) -> loss such as "
                        "torch.nn.functional.cross_entropy")
+    elif type(model).__module__.startswith("transformers."):
+        raise TypeError(f"the model {type(model).__name__} is a Hugging Face transformers model, which takes keyword "
+                        f"arguments; wrap it: Trainer(composer_lab.models.HuggingFaceModel(model), ...), which "
+                        f"trains on dict batches (input_ids, attention_mask, labels)")
     elif not callable(getattr(model, "loss", None)):
         raise ValueError(f"the model {type(model).__name__} has no loss: pass loss_fn (e.g. "
                          f"loss_fn=torch.nn.functional.cross_entropy), or give the model a method "
