@@ -105,7 +105,7 @@ def _intervals(ax: Any, y: np.ndarray, centre: pd.Series, low: pd.Series, high: 
                 bars.lines[2][0].set_linestyle("--")
 
 
-def _verdict_text(row) -> str:
+def _verdict_text(row: Any) -> str:
     """The words beside a row: its verdict, the adjusted p-value, a degenerate test's reason."""
     text = row.verdict
     if not math.isnan(row.p_adjusted):
