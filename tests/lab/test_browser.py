@@ -16,11 +16,13 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
 CHROMIUM = "/usr/bin/chromium"
 NOTEBOOK = Path(__file__).with_name("browser_lab.ipynb")
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -57,12 +59,24 @@ def _free_port() -> int:
 @pytest.fixture
 def jupyter(tmp_path):
     """A throw-away JupyterLab on 127.0.0.1 serving a copy of the fixture notebook."""
+    yield from _serve(tmp_path, [NOTEBOOK])
+
+
+@pytest.fixture
+def bundled(tmp_path):
+    """A throw-away JupyterLab on 127.0.0.1 serving a copy of the bundled notebooks."""
+    yield from _serve(tmp_path, sorted(NOTEBOOKS.glob("*.ipynb")))
+
+
+def _serve(tmp_path: Path, notebooks: list[Path]) -> Iterator[str]:
+    """Serve copies of ``notebooks`` with JupyterLab on 127.0.0.1; yields its address."""
     if not os.path.exists(CHROMIUM):
         pytest.skip(f"{CHROMIUM} is missing: install Debian's chromium (apt-get install -y chromium), as .ci/run does")
     pytest.importorskip("playwright", reason="pip install playwright (no browser download needed)")
     root = tmp_path / "nb"
     root.mkdir()
-    shutil.copy(NOTEBOOK, root / NOTEBOOK.name)
+    for notebook in notebooks:
+        shutil.copy(notebook, root / notebook.name)
     port = _free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root", "--ServerApp.ip=127.0.0.1",
@@ -258,3 +272,35 @@ def test_a_toggle_during_a_run_holds_from_the_next_batch_and_a_refused_start_is_
         page.screenshot(path=str(shot), full_page=True)
         print(f"screenshot: {shot}")
         browser.close()
+
+
+_IMAGES = """() => [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-RenderedImage img')]
+  .map((img) => [img.naturalWidth, img.naturalHeight])"""
+
+
+def test_every_figure_of_the_bundled_notebooks_renders_and_is_saved_for_a_reader(bundled, tmp_path):
+    """Each stored figure, as JupyterLab shows it, saved one file per figure (figures/ in the
+    test's tmp dir) so a person can look at them all; none is empty or taller than wide by far."""
+    import json as json_
+
+    from playwright.sync_api import sync_playwright
+
+    shots = tmp_path / "figures"
+    shots.mkdir()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        for notebook in sorted(NOTEBOOKS.glob("*.ipynb")):
+            stored = sum("image/png" in o.get("data", {}) for c in json_.loads(notebook.read_text())["cells"]
+                         for o in c.get("outputs", []))
+            page.goto(f"{bundled}/lab/tree/{notebook.name}?reset")
+            page.wait_for_selector(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell", timeout=120_000)
+            images = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-RenderedImage img")
+            for i in range(stored):  # the notebook renders cells as they scroll into view
+                images.nth(i).scroll_into_view_if_needed(timeout=60_000)
+                images.nth(i).screenshot(path=str(shots / f"{notebook.stem}-{i}.png"))
+            sizes = page.evaluate(_IMAGES)
+            assert len(sizes) == stored, f"{notebook.name}: {len(sizes)} of {stored} figures shown"
+            assert all(w > 0 and h < 3 * w for w, h in sizes), f"{notebook.name}: a figure is empty or a sliver"
+        browser.close()
+    print(f"figures: {shots}")
