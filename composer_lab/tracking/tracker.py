@@ -5,7 +5,7 @@ the fit fails or is interrupted (the trainer tells its trackers, :func:`tell_fai
 or tracking run stays open between fits. It reads the logger's rows new since its last read every
 ``flush_interval`` batches, after an epoch's evaluation and at the end, as the trainer's own flush
 does: the values were already copied to the host in bulk, so tracking adds no read of the device
-per batch.
+per batch. An evaluation outside fit (``trainer.eval()``) is written at once, opened and closed as a fit.
 """
 
 from __future__ import annotations
@@ -82,6 +82,11 @@ class Tracker(Callback):
 
     def fit_end(self, state: State, logger: Logger) -> None:
         self._finish("FINISHED")
+
+    def eval_standalone_end(self, state: State, logger: Logger) -> None:
+        """An evaluation outside fit (``trainer.eval()``): its metrics written at once, as a fit's."""
+        self.fit_start(state, logger)
+        self.fit_end(state, logger)
 
     def fit_failed(self, error: BaseException) -> None:
         """The fit ended with ``error``: write what was logged and end the run as FAILED

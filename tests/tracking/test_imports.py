@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 TRACKERS = ("mlflow", "tensorboard", "torch.utils.tensorboard")
 
 
@@ -21,5 +23,6 @@ def test_importing_composer_lab_and_its_trackers_imports_no_tracker_package():
 
 
 def test_a_logger_imports_its_package_when_built(tmp_path):
+    pytest.importorskip("tensorboard", reason="the tensorboard extra: pip install 'composer_lab[tensorboard]'")
     assert "tensorboard" in imported_after(f"from composer_lab.tracking import TensorBoardLogger\n"
                                            f"TensorBoardLogger({str(tmp_path / 'tb')!r})")

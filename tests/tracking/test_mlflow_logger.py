@@ -4,13 +4,15 @@ raises or is interrupted; bad URIs refused before training; a tracker failure st
 
 from __future__ import annotations
 
-import mlflow
 import pytest
-from mlflow.tracking import MlflowClient
 
-from composer_lab.core.callback import Callback
-from composer_lab.tracking import MLflowLogger
-from tests.tracking.conftest import histories, tiny_trainer
+mlflow = pytest.importorskip("mlflow", reason="the mlflow extra: pip install 'composer_lab[mlflow]'")
+
+from mlflow.tracking import MlflowClient  # noqa: E402
+
+from composer_lab.core.callback import Callback  # noqa: E402
+from composer_lab.tracking import MLflowLogger  # noqa: E402
+from tests.tracking.helpers import FailAt, histories, tiny_trainer  # noqa: E402
 
 
 def read_back(uri: str, experiment: str = "lab"):
@@ -25,17 +27,6 @@ def read_back(uri: str, experiment: str = "lab"):
 
 def stored(client: MlflowClient, run_id: str, names) -> dict:
     return {name: sorted((m.step, m.value) for m in client.get_metric_history(run_id, name)) for name in names}
-
-
-class FailAt(Callback):
-    """Raises ``error`` at BATCH_END once ``batch`` batches were applied (a run killed mid-fit)."""
-
-    def __init__(self, batch: int, error: BaseException) -> None:
-        self.batch, self.error = batch, error
-
-    def batch_end(self, state, logger):
-        if state.timestamp.batch == self.batch:
-            raise self.error
 
 
 def test_a_run_is_logged_with_its_metrics_steps_params_and_folder(uri):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from composer_lab.tracking import MLflowLogger
 from composer_lab.trainer.run import Run
-from tests.tracking.conftest import histories, tiny_trainer
+from tests.tracking.helpers import histories, tiny_trainer
 from tests.tracking.test_mlflow_logger import read_back, stored
 
 

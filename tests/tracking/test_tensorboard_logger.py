@@ -5,12 +5,14 @@ written is refused before training."""
 from __future__ import annotations
 
 import pytest
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from composer_lab.tracking import TensorBoardLogger
-from composer_lab.trainer.run import Run
-from tests.tracking.conftest import histories, tiny_trainer
-from tests.tracking.test_mlflow_logger import FailAt
+pytest.importorskip("tensorboard", reason="the tensorboard extra: pip install 'composer_lab[tensorboard]'")
+
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
+
+from composer_lab.tracking import TensorBoardLogger  # noqa: E402
+from composer_lab.trainer.run import Run  # noqa: E402
+from tests.tracking.helpers import FailAt, histories, tiny_trainer  # noqa: E402
 
 
 def scalars(log_dir) -> dict:
@@ -40,6 +42,14 @@ def test_fits_and_a_failure_leave_one_readable_run(tmp_path):
     trainer.state.callbacks.pop()  # (the failing callback goes; the next fit continues)
     trainer.fit()
     assert [step for step, _ in scalars(tmp_path / "tb")["loss/train"]] == list(range(6))
+    assert scalars(tmp_path / "tb") == approx(histories(trainer.metrics))
+
+
+def test_an_evaluation_after_fit_is_written_at_once(tmp_path):
+    trainer = tiny_trainer([TensorBoardLogger(tmp_path / "tb")], batches="3ba")
+    trainer.fit()
+    trainer.eval()
+    assert [step for step, _ in scalars(tmp_path / "tb")["loss/eval"]] == [3, 3]  # (the fit's, then this one)
     assert scalars(tmp_path / "tb") == approx(histories(trainer.metrics))
 
 
