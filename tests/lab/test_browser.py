@@ -77,12 +77,16 @@ def _serve(tmp_path: Path, notebooks: list[Path]) -> Iterator[str]:
     root.mkdir()
     for notebook in notebooks:
         shutil.copy(notebook, root / notebook.name)
+    settings = tmp_path / "settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True)  # no news pop-up over the page
+    (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false", "checkForUpdates": false}')
     port = _free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root", "--ServerApp.ip=127.0.0.1",
          f"--ServerApp.port={port}", "--ServerApp.port_retries=0", "--IdentityProvider.token=",
          "--ServerApp.password=", "--ServerApp.disable_check_xsrf=True", f"--ServerApp.root_dir={root}",
-         f"--LabApp.workspaces_dir={tempfile.mkdtemp(dir=tmp_path)}", "--LabApp.expose_app_in_browser=True"],
+         f"--LabApp.workspaces_dir={tempfile.mkdtemp(dir=tmp_path)}", "--LabApp.expose_app_in_browser=True",
+         f"--LabApp.user_settings_dir={tmp_path / 'settings'}"],
         stdout=subprocess.DEVNULL, stderr=open(tmp_path / "jupyter.log", "w"), cwd=root)
     url = f"http://127.0.0.1:{port}"
     try:
