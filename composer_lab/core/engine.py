@@ -268,15 +268,16 @@ class Engine:
         try:
             for order, obj in enumerate(objs):  # (written flat: it runs for every call)
                 watcher.before(obj)
-                error, t0 = None, _now()
+                exit_code = error = None
+                t0 = _now()
                 try:
                     exit_code = getattr(obj, method)(event, state, logger)
                 except BaseException as err:
-                    exit_code, error = None, err
-                trace.add_call((seq, value, batch, trace.label(obj), kind, order, exit_code, _now() - t0,
-                                watcher.changed(), None if error is None else f"{type(error).__name__}: {error}"))
-                if error is not None:
-                    raise error
+                    error = f"{type(err).__name__}: {err}"
+                    raise
+                finally:  # (the row is written before an error propagates)
+                    trace.add_call((seq, value, batch, trace.label(obj), kind, order, exit_code, _now() - t0,
+                                    watcher.changed(), error))
                 codes.append(exit_code)
             return codes
         finally:
