@@ -173,6 +173,8 @@ class Decision:
     def __str__(self) -> str:
         return f"{self.answer}\n{self.table.to_string(index=False)}"
 
+    __repr__ = __str__  # (a notebook's text form: the answer and the table, not the dataclass's fields)
+
     def _repr_html_(self) -> str:
         return f"<p>{self.answer}</p>" + self.table.to_html(index=False, float_format=lambda x: f"{x:.4g}", na_rep="")
 
