@@ -128,20 +128,22 @@ class ChunkStore:
         ``among`` (see :func:`where`), from the chunks that may hold them and from ``tail``
         (rows not written yet, after this store's own :attr:`tail`), in that order."""
         expr, schema = where(ranges, among), _schema(types)
+        parts = [pq.read_table(str(path), columns=columns, filters=expr, schema=schema)
+                 for path in self._paths(table, ranges)]
+        parts += [_selected(rows, expr, columns) for rows in (self.tail.get(table), tail) if rows is not None]
+        if not parts:
+            return pa.table({name: pa.array([], schema.field(name).type) for name in columns or schema.names})
+        return pa.concat_tables(parts)
+
+    def _paths(self, table: str, ranges: Mapping[str, Bounds]) -> list[Path]:
+        """The files of ``table``'s chunks that may hold rows in ``ranges``; all of them must be there."""
         paths = [self.folder / c["file"] for c in self.chunks if c["table"] == table and _overlaps(c, ranges)]
         gone = [path.name for path in paths if not path.is_file()]
         if gone:
             raise FileNotFoundError(f"the chunk files {gone} are no longer in {self.folder}: a loaded or resumed trace "
                                     f"reads them when asked, so keep that folder while you use it (or read what you "
                                     f"need, e.g. trace.events, before removing it)")
-        parts = [pq.read_table(str(path), columns=columns, filters=expr, schema=schema) for path in paths]
-        for rows in (self.tail.get(table), tail):
-            if rows is not None:
-                rows = rows.filter(expr) if expr is not None else rows
-                parts.append(rows.select(columns) if columns is not None else rows)
-        if not parts:
-            return pa.table({name: pa.array([], schema.field(name).type) for name in columns or schema.names})
-        return pa.concat_tables(parts)
+        return paths
 
     def move_to(self, folder: Union[str, os.PathLike], link: bool = False) -> None:
         """Write into ``folder`` from now on, and move the chunks written so far there, or with
@@ -191,6 +193,12 @@ class ChunkStore:
         store = cls(saved["folder"], keys, saved["chunks"])
         store.tail = {name: table_from_bytes(data) for name, data in saved["tail"].items()}
         return store
+
+
+def _selected(rows: pa.Table, expr: Optional[ds.Expression], columns: Optional[list[str]]) -> pa.Table:
+    """The rows of ``rows`` that ``expr`` keeps (None: all), with ``columns`` (None: all)."""
+    rows = rows.filter(expr) if expr is not None else rows
+    return rows.select(columns) if columns is not None else rows
 
 
 def temporary_folder(owner: Any, prefix: str) -> Path:
