@@ -360,13 +360,23 @@ def _sweep_seeds(args: argparse.Namespace) -> int:
 
 @contextlib.contextmanager
 def _once_per_sweep_warnings() -> Iterator[None]:
-    """Show each warning once for the whole sweep, not once per run: Python's 'once' action here
-    and in the worker processes started meanwhile (they read PYTHONWARNINGS)."""
+    """Show each warning (its text and category) once for the whole sweep, not once per run.
+    Python's own 'once' forgets what it showed whenever code changes the warning filters, as a
+    run does; so here a show-once wrapper, and PYTHONWARNINGS=once for the worker processes
+    started meanwhile (once per worker)."""
     before = os.environ.get("PYTHONWARNINGS")
     os.environ["PYTHONWARNINGS"] = "once"
+    shown: set[tuple[str, type]] = set()
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("once")
+            show = warnings.showwarning
+
+            def show_once(message: Any, category: type, *args: Any, **kwargs: Any) -> None:
+                if (str(message), category) not in shown:
+                    shown.add((str(message), category))
+                    show(message, category, *args, **kwargs)
+
+            warnings.showwarning = show_once
             yield
     finally:
         if before is None:

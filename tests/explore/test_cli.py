@@ -70,3 +70,20 @@ def test_a_failed_run_ends_with_one_line_and_how_to_go_on(tmp_path, capsys, monk
     assert err.startswith("composer-lab: error: the run of 'after_dataloader: MixUp > CutOut' with seed 1 failed "
                           "(RuntimeError: a worker died); 3 of 10 runs finished and are saved in ")
     assert err.rstrip().endswith(": run the same command again to finish (finished runs are kept)")
+
+
+def test_a_warning_repeated_by_every_run_is_shown_once(monkeypatch, recwarn):
+    import os
+    import warnings
+
+    from composer_lab.cli import _once_per_sweep_warnings
+
+    monkeypatch.delenv("PYTHONWARNINGS", raising=False)
+    shown = []
+    monkeypatch.setattr(warnings, "showwarning", lambda message, *args, **kwargs: shown.append(str(message)))
+    with _once_per_sweep_warnings():
+        assert os.environ["PYTHONWARNINGS"] == "once"  # what the worker processes started now read
+        for run in range(3):
+            warnings.warn("the same warning from every run", UserWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)  # (code that touches the filters, as runs do)
+    assert shown == ["the same warning from every run"] and "PYTHONWARNINGS" not in os.environ
