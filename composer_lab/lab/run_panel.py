@@ -173,8 +173,10 @@ class RunHandle:
 
     def _finish(self) -> None:
         self._restore_interrupt()
-        if self.error is not None or self.refused is not None:
-            raise self.error or self.refused
+        if self.error is not None:
+            raise self.error
+        if self.refused is not None:
+            raise self.refused
 
     def __await__(self) -> Generator[Any, None, None]:
         async def finish() -> None:
