@@ -338,14 +338,31 @@ class RunPanel(widgets.VBox):
         if handle is None:
             self._follow_outside()
         else:
+            self._outside = None  # an outside fit that ended early is over: this run's status replaces it
             self.status.value = f"training{f' for {handle.duration}' if handle.duration else ' to max_duration'}"
         self._show(state)
 
     def _follow_outside(self) -> None:
-        """Say that a fit outside the panel trains (once per fit; also for one that began before the panel)."""
+        """Say that a fit outside the panel trains (once per fit; also for one that began before the
+        panel), and watch for its end without FIT_END (an error, an interrupt)."""
         if self._outside is None:
             self._outside = threading.current_thread().name
             self.status.value = f"training in thread {self._outside!r} (a fit() outside the panel)"
+            threading.Thread(target=self._watch_outside, args=(self._outside,), name="composer_lab-watch",
+                             daemon=True).start()
+
+    def _watch_outside(self, thread: str) -> None:
+        """Wait until the outside fit lets go of the trainer; if it ended without reaching FIT_END,
+        say so (the trace's last note says why)."""
+        while self.trainer.busy:
+            time.sleep(0.2)
+        with self._ending:
+            if self._outside == thread:
+                self._outside = None
+                state = self.trainer.state
+                self._show(state)
+                self.status.value = (f"the fit in thread {thread!r} ended early: {state.timestamp.batch} batches "
+                                     f"trained (an error or an interrupt; trainer.trace.notes says which)")
 
     def _step(self, state: State) -> None:
         handle = self._own()

@@ -319,3 +319,26 @@ class _Counting:
         if name == "trace":
             self._reads.append(threading.current_thread().name)
         return getattr(self._trainer, name)
+
+
+def test_a_fit_outside_the_panel_that_fails_is_said_to_have_ended_early():
+    trainer = make_trainer([Fail(at=2)], max_duration="6ba")
+    panel = RunPanel(trainer)
+    failures = []
+    worker = threading.Thread(target=lambda: _record(trainer.fit, failures), name="worker")
+    worker.start()
+    worker.join(30)
+    assert failures and "failed on purpose" in str(failures[0])
+    for _ in range(100):  # the panel's watcher looks five times a second
+        if "ended early" in panel.status.value:
+            break
+        threading.Event().wait(0.05)
+    assert panel.status.value == ("the fit in thread 'worker' ended early: 2 batches trained (an error or an "
+                                  "interrupt; trainer.trace.notes says which)")
+
+
+def _record(fn, failures):
+    try:
+        fn()
+    except RuntimeError as err:
+        failures.append(err)
