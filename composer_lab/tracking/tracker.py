@@ -59,6 +59,7 @@ class Tracker(Callback):
 
     @property
     def trainer(self) -> Any:
+        """The Trainer this tracker writes for; a RuntimeError naming the fix when there is none."""
         trainer = self._trainer() if self._trainer is not None else None
         if trainer is None:
             raise RuntimeError(f"{type(self).__name__} is not part of a Trainer: pass it as "

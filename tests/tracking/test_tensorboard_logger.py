@@ -22,6 +22,13 @@ def scalars(log_dir) -> dict:
     return {tag: sorted((e.step, e.value) for e in events.Scalars(tag)) for tag in events.Tags()["scalars"]}
 
 
+def texts(log_dir, tag: str) -> list[str]:
+    """The text summaries written under ``tag``, in order."""
+    events = EventAccumulator(str(log_dir), size_guidance={"tensors": 0})
+    events.Reload()
+    return [e.tensor_proto.string_val[0].decode() for e in events.Tensors(f"{tag}/text_summary")]
+
+
 def approx(history: dict) -> dict:
     """TensorBoard keeps float32: the same pairs, to float32's precision."""
     return {name: [(step, pytest.approx(value, rel=1e-6)) for step, value in pairs] for name, pairs in history.items()}
@@ -33,6 +40,9 @@ def test_the_metrics_are_written_as_scalars_at_their_steps(tmp_path):
     expected = histories(trainer.metrics)
     assert set(expected) >= {"loss/train", "lr", "loss/eval", "metrics/eval/Accuracy"}
     assert scalars(tmp_path / "tb") == approx(expected)
+    setup, status = texts(tmp_path / "tb", "setup"), texts(tmp_path / "tb", "status")
+    assert "| order/after_dataloader | MixUp > CutOut |" in setup[0] and "| MixUp.alpha | 0.2 |" in setup[0]
+    assert status == ["FINISHED"]
 
 
 def test_fits_and_a_failure_leave_one_readable_run(tmp_path):
@@ -42,6 +52,7 @@ def test_fits_and_a_failure_leave_one_readable_run(tmp_path):
     trainer.state.callbacks.pop()  # (the failing callback goes; the next fit continues)
     trainer.fit()
     assert [step for step, _ in scalars(tmp_path / "tb")["loss/train"]] == list(range(6))
+    assert texts(tmp_path / "tb", "status") == ["FAILED", "FINISHED"]
     assert scalars(tmp_path / "tb") == approx(histories(trainer.metrics))
 
 
