@@ -52,15 +52,11 @@ class ModelHooks:
     removed after, so importing composer_lab installs nothing. ``fired`` counts every hook call,
     ``registered`` the registrations (both also move when the hooks come in or go): a watcher
     reuses what it measured under the hooks while they stand still, and nothing measured without
-    them (it notes :data:`UNHOOKED` then)."""
+    them (it notes :data:`UNHOOKED` as the counts then)."""
 
     def __init__(self) -> None:
         self.fired = self.registered = self.depth = 0
         self._handles: list = []
-
-    def counts(self) -> tuple[int, int]:
-        """``(fired, registered)`` to note beside a measurement: :data:`UNHOOKED` without the hooks."""
-        return (self.fired, self.registered) if self.depth else UNHOOKED
 
     def _on_hook(self, first: Any, *args: Any) -> None:
         """A module or parameter registered (``first`` is the module) or an optimizer stepped."""
@@ -120,7 +116,7 @@ class ModelSignature(NamedTuple):
 
 
 _NOTHING = Fields((), (), [], ())
-_new_fields = tuple.__new__  # (Fields' own __new__ is Python code, run twice per call: _new_fields(Fields, values))
+_new = tuple.__new__  # (a NamedTuple's own __new__ is Python code; _new(Fields, values) is not)
 
 
 def _data_signature(value: Any, tensors: list) -> Any:
@@ -158,9 +154,9 @@ def _fields(state: Any) -> Fields:
     if (type(batch) is tuple and len(batch) == 2
             and type(outputs) is _Tensor is type(loss) is type(batch[0]) is type(batch[1])):
         versions = tuple(map(_version, flat := [*batch, outputs, loss]))
-        return _new_fields(Fields, (objects, (versions[:2], versions[2:3], versions[3:], None, lrs), flat, versions))
+        return _new(Fields, (objects, (versions[:2], versions[2:3], versions[3:], None, lrs), flat, versions))
     data = (_data_signature(batch, flat), _data_signature(outputs, flat), _data_signature(loss, flat), None, lrs)
-    return _new_fields(Fields, (objects, data, flat, data[0] + data[1] + data[2]))
+    return _new(Fields, (objects, data, flat, data[0] + data[1] + data[2]))
 
 
 def _walk(model: Any, registered: int) -> Walk:
@@ -224,10 +220,11 @@ class FieldWatcher:
 
     def _signature(self) -> ModelSignature:
         """The model's signature, from the last walk while no module or parameter was registered."""
-        model, last, (fired, registered) = self.state.model, self._model, self.hooks.counts()
+        model, last, hooks = self.state.model, self._model, self.hooks
+        fired, registered = (hooks.fired, hooks.registered) if hooks.depth else UNHOOKED
         walk = last.walk if (last is not None and last.walk.model is model and last.walk.registered == registered
                              and registered != UNHOOKED[1]) else _walk(model, registered)
-        return ModelSignature(walk.ids, tuple(map(_versions_and_flags, walk.params)), walk, fired)
+        return _new(ModelSignature, (walk.ids, tuple(map(_versions_and_flags, walk.params)), walk, fired))
 
     def _model_moved(self) -> bool:
         """Whether the model changed since its signature, which is then taken afresh; the usual
@@ -237,7 +234,7 @@ class FieldWatcher:
             flags = tuple(map(_versions_and_flags, last.walk.params))
             if flags == last.flags:
                 return False
-            self._model = last._replace(flags=flags)
+            self._model = _new(ModelSignature, (last.ids, flags, last.walk, last.fired))
             return True
         self._model = now = self._signature()
         return now.ids != last.ids or now.flags != last.flags
