@@ -12,14 +12,12 @@ from typing import Any
 
 import pandas as pd
 
+from composer_lab.core.callback import INTERNAL_PREFIX  # (the trace's label of a Callback._internal)
 from composer_lab.trainer.sources import run_data
 
 __all__ = ["diff_runs", "DIFF_STATUSES", "INTERNAL_PREFIX", "without_internal"]
 
 DIFF_STATUSES = ("same", "moved", "appeared", "vanished")
-INTERNAL_PREFIX = "lab."
-"""How the trace names the lab's own callbacks (``lab.RunMonitor``): calls of the tool, not of
-the experiment, left out of diffs and plots unless asked for."""
 _FIRING = ["event", "batch", "firing"]
 
 

@@ -22,7 +22,6 @@ import ipywidgets as widgets
 from composer_lab.core.callback import Callback
 from composer_lab.core.logger import Logger
 from composer_lab.core.state import State
-from composer_lab.explore.diff import INTERNAL_PREFIX
 from composer_lab.lab.interrupt import relay_interrupt
 from composer_lab.lab.live_plot import LivePlot, RedrawBudget
 from composer_lab.trainer.duration import reached_max_duration, total_batches
@@ -193,8 +192,10 @@ class RunHandle:
 class RunMonitor(Callback):
     """The run panel's eyes on its trainer, whoever drives it (the panel, a cell's ``fit()``, a
     thread): at FIT_START, every BATCH_END and FIT_END it hands over to the panel. A callback
-    internal to the lab: its class name carries :data:`~composer_lab.explore.diff.INTERNAL_PREFIX`,
-    so diffs and plots leave its calls out."""
+    internal to the lab (``_internal``): the trace labels it ``lab.RunMonitor``, so diffs and
+    plots leave its calls out."""
+
+    _internal = True
 
     def __init__(self, panel: "RunPanel") -> None:
         self.panel = panel
@@ -207,9 +208,6 @@ class RunMonitor(Callback):
 
     def fit_end(self, state: State, logger: Logger) -> None:
         self.panel._fit_ended(state)
-
-
-RunMonitor.__name__ = RunMonitor.__qualname__ = INTERNAL_PREFIX + "RunMonitor"  # its name in the trace
 
 
 class RunPanel(widgets.VBox):
