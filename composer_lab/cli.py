@@ -109,13 +109,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def positive_int(text: str) -> int:
     """An argparse ``type``: a whole number >= 1, refused in the command line's terms."""
+    from composer_lab.core.checks import check_positive_int
+
     try:
-        value = int(text)
+        return check_positive_int("the value", int(text))
     except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
-    return value
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}") from None
 
 
 def _key(name: str) -> str:

@@ -71,7 +71,7 @@ class EMA(Algorithm):
         self.half_life = None if half_life is None else ensure_time(half_life, "half_life")
         self.smoothing = None if smoothing is None else check_fraction("smoothing", smoothing)
         self.update_interval = ensure_time(update_interval, "update_interval")
-        if self.update_interval.value < 1 or self.update_interval.unit not in (TimeUnit.BATCH, TimeUnit.EPOCH):
+        if not self.update_interval.is_period():
             raise ValueError(f"update_interval must be at least one batch or epoch, e.g. '1ba', got {update_interval}")
         self._averages: Optional[list[torch.Tensor]] = None
         self._interval = 1

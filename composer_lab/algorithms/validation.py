@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from composer_lab.core.checks import is_int
+
 __all__ = ["check_fraction", "check_positive", "check_choice"]
 
 
@@ -22,8 +24,7 @@ def check_fraction(name: str, value: Any, *, low_open: bool = False, high_open: 
 
 def check_positive(name: str, value: Any, *, integer: bool = False, allow_zero: bool = False) -> Any:
     """``value`` as a positive (or non-negative) number, integer if asked, else ValueError / TypeError."""
-    types = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, types):
+    if not (is_int(value) or not integer and isinstance(value, float)):
         kind = "an integer" if integer else "a number"
         raise TypeError(f"{name} must be {kind}, got {type(value).__name__} {value!r}")
     if value < 0 or (value == 0 and not allow_zero):

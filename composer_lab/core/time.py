@@ -110,6 +110,10 @@ class Time:
                              f"numbers; write e.g. '{int(value) or 1}{unit}'")
         return cls(value if unit == "dur" else int(value), TimeUnit(unit))
 
+    def is_period(self) -> bool:
+        """Whether this time can space something recurring: a whole number of epochs or batches, at least 1."""
+        return self.unit in (TimeUnit.EPOCH, TimeUnit.BATCH) and self.value >= 1
+
     def __str__(self) -> str:
         # Positional notation, so that the string parses back: 1e-05 is written 0.00001.
         return f"{format(Decimal(repr(self.value)), 'f')}{self.unit.value}"

@@ -1,17 +1,10 @@
-"""The argument rules the bundled datasets share, each written once."""
+"""The argument rules the bundled datasets share, each written once (counts: core/checks.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["check_positive_int", "check_held_out"]
-
-
-def check_positive_int(name: str, value: Any) -> int:
-    """``value`` if it is a positive int (not a bool); ValueError naming ``name`` otherwise."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
+__all__ = ["check_held_out"]
 
 
 def check_held_out(eval_fraction: Any) -> float:

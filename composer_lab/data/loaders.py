@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from composer_lab.data.checks import check_positive_int
+from composer_lab.core.checks import check_positive_int
 
 __all__ = ["make_dataloaders"]
 

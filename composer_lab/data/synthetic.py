@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from composer_lab.data.checks import check_positive_int
+from composer_lab.core.checks import check_positive_int
 from composer_lab.data.loaders import make_dataloaders
 
 __all__ = ["synthetic_images", "synthetic_dataloaders"]

@@ -14,7 +14,8 @@ from typing import Optional, Sequence
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from composer_lab.data.checks import check_held_out, check_positive_int
+from composer_lab.core.checks import check_positive_int
+from composer_lab.data.checks import check_held_out
 from composer_lab.data.loaders import make_dataloaders
 
 __all__ = ["VOCAB_SIZE", "STDLIB_MODULES", "stdlib_text", "encode", "decode", "TextSequences", "text_datasets",

@@ -28,6 +28,7 @@ import torch
 from matplotlib.patches import Patch, Rectangle
 
 from composer_lab.core.algorithm import Algorithm
+from composer_lab.core.checks import check_positive_int
 from composer_lab.core.event import Event
 from composer_lab.core.logger import Logger
 from composer_lab.core.passes import pass_name
@@ -63,8 +64,7 @@ def commutation(make_trainer: Callable[[list, int], Any], algorithms: Sequence[A
     opening event: see the module's docstring).
     """
     algorithms = check_algorithms(algorithms)
-    if isinstance(batches, bool) or not isinstance(batches, int) or batches < 1:
-        raise ValueError(f"batches is how many batches to train while checking, a positive int, got {batches!r}")
+    check_positive_int("batches", batches, "is how many batches to train while checking, a positive int")
     copies = copy.deepcopy(algorithms)
     trainer = check_trainer(make_trainer(copies, seed), make_trainer, copies)
     passes = [pass_name(p) for p in trainer.engine.passes]

@@ -21,6 +21,8 @@ from typing import Any, Callable, Optional
 
 import cloudpickle
 
+from composer_lab.core.checks import check_positive_int
+
 __all__ = ["local_pool", "InlineExecutor", "check_sendable", "check_executor", "default_workers"]
 
 
@@ -34,9 +36,8 @@ def local_pool(workers: Optional[int] = None) -> Executor:
     from joblib.externals.loky import ProcessPoolExecutor
 
     workers = default_workers() if workers is None else workers
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers is how many processes train at once, a positive int, got {workers!r}; "
-                         f"e.g. workers=2 (default: one per core)")
+    check_positive_int("workers", workers, "is how many processes train at once, a positive int",
+                       "e.g. workers=2 (default: one per core)")
     return ProcessPoolExecutor(max_workers=workers, env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
 
 

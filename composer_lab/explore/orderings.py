@@ -27,6 +27,7 @@ import pandas as pd
 import torch
 
 from composer_lab.core.algorithm import Algorithm
+from composer_lab.core.checks import check_positive_int
 from composer_lab.core.engine import Engine
 from composer_lab.core.event import Event
 from composer_lab.core.passes import pass_name
@@ -281,8 +282,7 @@ def _permutations(n: int, max_orders: Optional[int], seed: int) -> list[Order]:
                              f"{MAX_ALGORITHMS} algorithms ({math.factorial(MAX_ALGORITHMS):,} orders): pass "
                              f"max_orders=N to examine N orders drawn at random, or try fewer algorithms")
         return list(itertools.permutations(range(n)))
-    if isinstance(max_orders, bool) or not isinstance(max_orders, int) or max_orders < 1:
-        raise ValueError(f"max_orders is how many orders to draw, a positive int, got {max_orders!r}")
+    check_positive_int("max_orders", max_orders, "is how many orders to draw, a positive int")
     if max_orders >= total:
         return list(itertools.permutations(range(n)))
     rng, drawn = random.Random(seed), {tuple(range(n)): None}

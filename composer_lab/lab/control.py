@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence, Union
 
 from composer_lab.core.algorithm import Algorithm, hyperparameters
+from composer_lab.core.checks import is_int
 from composer_lab.core.engine import Engine
 from composer_lab.core.passes import pass_name
 
@@ -88,7 +89,7 @@ class Control:
                     return i
         elif isinstance(key, str) and key in self.names:
             return self.names.index(key)
-        elif isinstance(key, int) and not isinstance(key, bool) and -len(self.algorithms) <= key < len(self.algorithms):
+        elif is_int(key) and -len(self.algorithms) <= key < len(self.algorithms):
             return key % len(self.algorithms)
         raise ValueError(f"no algorithm {key!r} in this lab; give an index, the algorithm or one of "
                          f"the names {self.names}")
@@ -157,7 +158,7 @@ class Control:
                     return i
         elif isinstance(key, str) and self.pass_names.count(key) == 1:
             return self.pass_names.index(key)
-        elif isinstance(key, int) and not isinstance(key, bool) and 0 <= key < len(self._passes):
+        elif is_int(key) and 0 <= key < len(self._passes):
             return key
         raise ValueError(f"no single pass {key!r}; give its index (0-{len(self._passes) - 1}), the "
                          f"function, or one of the names {self.pass_names}")

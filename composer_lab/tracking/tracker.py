@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 import pandas as pd
 
 from composer_lab.core.callback import Callback
-from composer_lab.data.checks import check_positive_int
+from composer_lab.core.checks import check_positive_int
 
 if TYPE_CHECKING:
     from composer_lab.core.logger import Logger

@@ -10,6 +10,7 @@ import torch
 
 from composer_lab.core.algorithm import Algorithm
 from composer_lab.core.callback import Callback
+from composer_lab.core.checks import check_positive_int, is_int
 
 __all__ = ["check_callable", "check_model", "check_dataloader", "check_items", "check_microbatch_size",
            "check_components"]
@@ -91,13 +92,11 @@ def check_microbatch_size(size: Any) -> Optional[int]:
     """``device_train_microbatch_size``: None (whole batches) or a positive int."""
     if size is None:
         return None
-    expected = "a positive integer (examples per microbatch) or None for whole batches"
-    if isinstance(size, bool) or not isinstance(size, int):
-        raise TypeError(f"device_train_microbatch_size must be {expected}, got {type(size).__name__} {size!r}; "
+    rule = "must be a positive integer (examples per microbatch) or None for whole batches"
+    if not is_int(size):
+        raise TypeError(f"device_train_microbatch_size {rule}, got {type(size).__name__} {size!r}; "
                         f"e.g. device_train_microbatch_size=16")
-    if size < 1:
-        raise ValueError(f"device_train_microbatch_size must be {expected}, got {size!r}")
-    return size
+    return check_positive_int("device_train_microbatch_size", size, rule)
 
 
 def check_components(train_dataloader: Any, eval_dataloader: Any, algorithms: Any, callbacks: Any,

@@ -14,7 +14,7 @@ class Interval:
 
     def __init__(self, every: Union[str, Time], name: str) -> None:
         time = ensure_time(every, name)
-        if time.unit not in (TimeUnit.EPOCH, TimeUnit.BATCH) or time.value < 1:
+        if not time.is_period():
             raise ValueError(f"{name}: {every!r} is not an interval; give a whole number of epochs or "
                              f"batches, at least 1, e.g. '1ep' or '100ba'")
         self.time = time

@@ -10,6 +10,8 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
+from composer_lab.core.checks import is_int
+
 __all__ = ["seed_all", "rng_state", "load_rng_state", "preserved_rng", "seed_epoch_data"]
 
 _WORKER_SEEDS = 500_009
@@ -19,7 +21,7 @@ seeds are not the shuffle's first draw."""
 
 def seed_all(seed: int) -> None:
     """Seed Python's, NumPy's and torch's (CPU and CUDA) global generators."""
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+    if not is_int(seed) or seed < 0:
         raise ValueError(f"seed must be a non-negative int, got {seed!r}; pass e.g. seed=0")
     random.seed(seed)
     np.random.seed(seed % 2**32)

@@ -12,13 +12,13 @@ import torch
 
 from composer_lab.core.algorithm import Algorithm
 from composer_lab.core.callback import Callback
+from composer_lab.core.checks import check_positive_int
 from composer_lab.core.engine import Engine
 from composer_lab.core.event import Event
 from composer_lab.core.logger import Logger
 from composer_lab.core.state import State
 from composer_lab.core.time import Time, TimeUnit
 from composer_lab.core.trace import Trace
-from composer_lab.data.checks import check_positive_int
 from composer_lab.trainer import distributed
 from composer_lab.trainer.adapter import ModelAdapter
 from composer_lab.trainer.batching import batch_size, split_batch
