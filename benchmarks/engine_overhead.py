@@ -1,6 +1,6 @@
 """Cost of the engine per event: 0, 10 and 30 algorithms, trace levels 'all', 'ran', 'off'.
 
-Fires BATCH_START through ``Engine.run_event`` inside ``Engine.running()`` (as the trainer does
+Fires BATCH_START through ``Engine.run_event`` inside ``Engine.watching()`` (as the trainer does
 around a fit) and prints microseconds per event, minimum over repeats (the machines are noisy). Algorithms either never match (the common case: most
 algorithms sit out most events) or all match (each then costs one apply plus its trace row).
 Reference: MosaicML Composer's engine costs about 35-60 us per event plus 10-25 us per
@@ -44,7 +44,7 @@ def us_per_event(n_algorithms: int, matching: bool, level: str, events: int, rep
                       algorithms=[Idle(Event.BATCH_START if matching else None) for _ in range(n_algorithms)])
         state.batch = (torch.zeros(4, 8), torch.zeros(4))
         engine = Engine(state, trace=level)
-        with engine.running():  # as inside a fit: change detection's hooks installed
+        with engine.watching():  # as inside a fit: change detection's hooks installed
             t0 = time.perf_counter()
             for _ in range(events):
                 engine.run_event(Event.BATCH_START)

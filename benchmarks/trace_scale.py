@@ -146,7 +146,7 @@ def run(steps: int, marks: list[int], chunk_rows: int) -> dict:
     fire(Event.INIT)
     fire(Event.FIT_START)
     t_train, t0 = 0.0, time.perf_counter()
-    with engine.running():
+    with engine.watching():
         for step in range(1, steps + 1):
             if step % EPOCH_STEPS == 1:
                 fire(Event.EPOCH_START)

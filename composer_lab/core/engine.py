@@ -106,7 +106,7 @@ class Engine:
     ``COMPOSER_LAB_CHECK_WRITES``) trusts no ``writes`` declaration and raises at a call that
     changed a field it left out (a debug mode: every call then compares the whole model).
 
-    Lifecycle: the trainer enters :meth:`running` around fit, eval and predict (it installs
+    Lifecycle: the trainer enters :meth:`watching` around fit, eval and predict (it installs
     what change detection needs for the run and removes it after) and calls :meth:`close` once
     at the end, which closes every callback; a closed engine runs no more events.
     """
@@ -120,7 +120,7 @@ class Engine:
         self.passes = DEFAULT_PASSES
         self.check_writes = os.environ.get(CHECK_WRITES_VARIABLE, "") == "1" if check_writes is None else check_writes
         self.model_hooks = ModelHooks()
-        """The PyTorch hooks change detection reads, installed by :meth:`running`."""
+        """The PyTorch hooks change detection reads, installed by :meth:`watching`."""
         self._algorithms = Listeners(lambda a: [e for e in Event if a.listens(e)], self.trace.label)
         self._callbacks = Listeners(listened_events, self.trace.label)
         self._watcher: Optional[FieldWatcher] = self._new_watcher()
@@ -210,7 +210,7 @@ class Engine:
         return matched
 
     @contextmanager
-    def running(self) -> Iterator["Engine"]:
+    def watching(self) -> Iterator["Engine"]:
         """Install, for the duration, what change detection needs (the engine's :class:`ModelHooks`:
         PyTorch's process-wide module, parameter and optimizer-step hooks) and remove it after. The
         trainer enters it around fit, eval and predict; events run outside it are traced all the

@@ -49,7 +49,7 @@ def run_inference(engine: Engine, adapter: ModelAdapter, dataloader: Any, events
     model.eval()
     try:
         run(events.start)
-        with preserved_rng(), torch.no_grad(), engine.running():
+        with preserved_rng(), torch.no_grad(), engine.watching():
             for batch in dataloader:
                 state.batch = move_to_device(batch, state.device)
                 run(events.batch_start)

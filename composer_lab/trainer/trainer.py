@@ -250,7 +250,7 @@ class Trainer:
     def _fit(self) -> None:
         """The loop of :meth:`fit`, from FIT_START to FIT_END."""
         state, run = self.state, self.engine.run_event
-        with self._guard, self.engine.running():
+        with self._guard, self.engine.watching():
             try:
                 run(Event.FIT_START)
                 self.throughput.mark(state.timestamp.sample)

@@ -92,10 +92,10 @@ def test_a_module_added_between_events_is_blamed_on_no_call():
 
 
 def test_an_optimizer_step_between_events_is_blamed_on_no_call():
-    """Inside ``running()`` the model's signature is reused across events until a hook fires."""
+    """Inside ``watching()`` the model's signature is reused across events until a hook fires."""
     model = nn.Linear(4, 2)
     engine = engine_over(model, [Touch(Event.AFTER_LOSS), Touch(Event.BATCH_END)])
-    with engine.running():
+    with engine.watching():
         engine.run_event(Event.AFTER_LOSS)
         model(torch.ones(1, 4)).sum().backward()
         engine.state.optimizers[0].step()

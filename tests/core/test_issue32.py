@@ -128,7 +128,7 @@ def test_check_writes_comes_from_the_environment(state, monkeypatch):
 def test_without_the_check_a_false_declaration_is_not_blamed_on_the_next_call(state):
     state.algorithms = [Liar(), Honest()]
     engine = Engine(state)
-    with engine.running():
+    with engine.watching():
         engine.run_event(Event.AFTER_LOSS)
     calls = engine.trace.invocations
     assert calls.set_index("name").changed.to_dict() == {"Liar": (), "Honest": ()}

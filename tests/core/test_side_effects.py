@@ -107,7 +107,7 @@ def test_changes_are_detected_outside_a_run_too():
     engine.run_event(Event.BEFORE_LOSS)
     engine.run_event(Event.AFTER_LOSS)
     assert list(engine.trace.invocations.changed) == [("model",)]
-    with engine.running():
+    with engine.watching():
         state.model.add_module("other", torch.nn.ReLU())  # while no call runs: not blamed on the next one
         engine.run_event(Event.BEFORE_LOSS)
         engine.run_event(Event.AFTER_LOSS)
