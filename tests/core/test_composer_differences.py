@@ -1,5 +1,5 @@
-"""Pins of the README's "Differences from Composer" rows whose behaviour lives in an algorithm:
-each fails if composer_lab drifts to Composer's behaviour (or anywhere else) without the table
+"""Pins of the "Differences from Composer" rows (docs/composer_differences.md) whose behaviour lives
+in an algorithm: each fails if composer_lab drifts to Composer's behaviour (or anywhere else) without the table
 saying so."""
 
 import inspect

@@ -40,7 +40,7 @@ def test_filo_leaves_start_and_end_events_alone(event):
 
 
 def test_filo_reverses_exactly_the_after_events():
-    """Ours: every ``*after_*`` event; Composer's: only names starting with AFTER_ (README table)."""
+    """Ours: every ``*after_*`` event; Composer's: only names starting with AFTER_ (docs/composer_differences.md)."""
     assert {e for e in ALL if is_filo_reversed(e)} == {e for e in ALL if "after_" in e.value}
     assert {e for e in ALL if set_filo_order(["A", "B"], e) == ["B", "A"]} == {e for e in ALL if "after_" in e.value}
     composer = {e for e in ALL if set_filo_order_composer(["A", "B"], e) == ["B", "A"]}
