@@ -102,6 +102,13 @@ class ChunkStore:
         self.tail: dict[str, pa.Table] = {}
         """Rows not written as chunks, kept with the store (a restored checkpoint's)."""
 
+    def view(self) -> "ChunkStore":
+        """This store as it is now: a store that reads the chunks written so far and its
+        :attr:`tail`, whatever this one writes after (a reader's state while another thread writes)."""
+        view = ChunkStore(self.folder, self.keys, self.chunks)
+        view.tail = self.tail
+        return view
+
     def _target(self) -> Path:
         """The folder to write into: a temporary one (:func:`temporary_folder`), made at the first
         write when none was given."""

@@ -54,15 +54,18 @@ class Logger:
     def load_metrics(self, rows: list[tuple]) -> None:
         """Start again from ``rows`` ``(batch, epoch, phase, name, value)`` (a resumed checkpoint's
         metrics, then those logged before the load that it lacks), in new columns, so a frame read
-        before keeps its rows. Called before training (a resume), not while another thread reads."""
-        self._columns = {column: values[:0] for column, values in self._columns.items()}  # (new at the flush)
-        self._rows, self._size, self._frame = list(rows), 0, None
+        before keeps its rows. Called before training (a resume)."""
+        with self._lock:
+            self._columns = {column: values[:0] for column, values in self._columns.items()}  # (new at the flush)
+            self._rows, self._size, self._frame = list(rows), 0, None
 
     def flush(self) -> None:
         """Append the rows logged since the last flush to the columns, their tensor values copied
-        to the host together (one transfer per device). Safe to call from another thread."""
+        to the host together (one transfer per device). Safe to call from another thread: the rows
+        are taken by count, so a row the run appends meanwhile stays for the next flush."""
         with self._lock:
-            rows, self._rows = self._rows, []
+            rows = self._rows[:]
+            del self._rows[:len(rows)]  # (not a new list: an append to the old one would be lost)
             start, end = self._size, self._size + len(rows)
             if end >= len(self._columns["batch"]):  # twice the length, rows copied; a frame viewing the numbers
                 self._columns = {column: np.resize(values, start + end) for column, values in self._columns.items()}

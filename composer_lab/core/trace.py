@@ -7,13 +7,16 @@ bounded however long the run; at level 'all' an event keeps the labels of the al
 did not match as one dictionary-encoded value, not as rows. :meth:`Trace.query` reads only the
 chunks and rows a question needs; :attr:`Trace.events`, :attr:`Trace.invocations` and
 :attr:`Trace.notes` are the whole DataFrames. The rows survive an exception, so the trace of a
-run that failed is readable up to the failure.
+run that failed is readable up to the failure. Another thread may read it while a run writes it:
+each read sees the trace as it was at one moment (:meth:`Trace._snapshot`), with no lock on the
+engine's appends.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from pathlib import Path
 from collections import namedtuple
@@ -144,6 +147,19 @@ _PHASE_OF = {e.value: phase for e, phase in _PHASE.items()}
 _now = time.perf_counter
 
 
+class _Snapshot(NamedTuple):
+    """The trace at one moment, what a read works from while a run in another thread writes on:
+    the chunks written then, the rows in memory then (copies), the labels' classes then."""
+
+    key: tuple  # (chunks, last event started, event rows, call rows, notes): equal keys, equal contents
+    last: int  # the seq of the last event started: rows of later events are left out
+    store: tables.ChunkStore
+    events: list
+    calls: list
+    notes: list
+    classes: dict
+
+
 class Trace:
     """What happened in a run, in order. ``level`` is one of :data:`TRACE_LEVELS`. Every
     ``chunk_rows`` events the rows in memory go to a parquet chunk in ``folder`` (default: a
@@ -163,6 +179,7 @@ class Trace:
         self._store, self._tail = tables.ChunkStore(folder, _KEYS), (None, {})  # (the rows in memory as columns)
         self._labels, self._label_counts, self._classes = {}, {}, {}  # id -> (obj, label), cls -> count, label -> cls
         self._cache: dict[str, tuple[tuple, pd.DataFrame]] = {}
+        self._spilling = threading.Lock()  # (taken by a spill and a reader's snapshot, never by an append)
         self.meta: dict[str, Any] = {}
         self._loaded: Optional[dict[str, pd.DataFrame]] = None  # frames given to from_frames
 
@@ -185,7 +202,9 @@ class Trace:
     # name: EventRecord._make(row). add_call is the call list's own append (a Python method per
     # call would cost more than the row).
     def record_event(self, seq: int, event: Event, state: Any, t_start: float, asked: Optional[tuple]) -> None:
-        """Record ``event``'s row (its calls are recorded already) and spill a full chunk."""
+        """Record ``event``'s row (its calls are recorded already) and spill a full chunk. ``seq``
+        is the one the engine set as :attr:`seq` when the event started (a read leaves out the
+        rows of a seq above :attr:`seq`: events started after it began)."""
         ts, rows = state.timestamp, self.event_rows
         rows.append((seq, event._value_, ts.epoch, ts.batch, ts.batch_in_epoch, state.microbatch, t_start, _now(),
                      asked))
@@ -208,21 +227,40 @@ class Trace:
         calls, running = [], []
         for row in self.invocation_rows:
             (calls if row[0] in done else running).append(row)
-        self._store.write(_stored(self.event_rows, calls, self._t0))  # (not cached: memory)
-        del self.event_rows[:]
-        self.invocation_rows[:] = running
+        chunk = _stored(self.event_rows, calls, self._t0)  # (not cached: memory)
+        with self._spilling:  # a reader sees the rows either in memory or in the chunk, never both or neither
+            self._store.write(chunk)
+            del self.event_rows[:]
+            self.invocation_rows[:] = running
 
     def spill_to(self, folder: Union[str, os.PathLike]) -> None:
         """Keep the chunks in ``folder`` from now on, moving those written so far (a trainer's
         ``save_folder``, where its checkpoints refer to them)."""
-        self._store.move_to(folder)
+        with self._spilling:
+            self._store.move_to(folder)
 
-    def _columns(self) -> dict[str, Any]:
-        """The rows in memory as arrow tables laid out as the chunks (:data:`_STORED`)."""
-        key = (len(self.event_rows), len(self.invocation_rows), len(self._store.chunks))
-        if self._tail[0] != key:
-            self._tail = (key, _stored(self.event_rows, self.invocation_rows, self._t0))
-        return self._tail[1]
+    def _snapshot(self) -> _Snapshot:
+        """The trace up to the last event started, taken together with a spill's lock (a spill
+        moves rows from the lists to a chunk). The engine appends without a lock: it appends whole
+        rows, so a copy of a list holds whole rows; the seq of the last event started, read
+        first, leaves out the rows of the events that started while the lists were copied, so
+        every call read belongs to an event read or to one in flight."""
+        with self._spilling:
+            last, store = self.seq, self._store.view()
+            events, calls, notes = self.event_rows[:], self.invocation_rows[:], self._notes[:]
+            classes = dict(self._classes)  # (after the calls: every call's label is there)
+        key = (len(store.chunks), last, len(events), len(calls), len(notes))
+        return _Snapshot(key, last, store, events, calls, notes, classes)
+
+    def _columns(self, snapshot: _Snapshot) -> dict[str, Any]:
+        """The rows in memory of ``snapshot`` as arrow tables laid out as the chunks (:data:`_STORED`)."""
+        key, tail = self._tail  # (one read: another reader may replace it)
+        if key != snapshot.key:
+            last = snapshot.last
+            events, calls = ([row for row in rows if row[0] <= last] for rows in (snapshot.events, snapshot.calls))
+            tail = _stored(events, calls, self._t0)
+            self._tail = (snapshot.key, tail)
+        return tail
 
     # -- reading ----------------------------------------------------------------------------
     @property
@@ -250,11 +288,12 @@ class Trace:
         """The DataFrame ``key``, built again only when rows were added since it was built."""
         if self._loaded is not None:
             return self._loaded[key]
-        sizes = (len(self._store.chunks), len(self.event_rows), len(self.invocation_rows), len(self._notes))
-        if self._cache.get(key, (None,))[0] != sizes:
-            self._cache[key] = (sizes, self.query(key) if key != "notes" else pd.DataFrame.from_records(
-                self._notes, columns=NOTE_COLUMNS).astype(_DTYPES["notes"]))
-        return self._cache[key][1]
+        snapshot = self._snapshot()
+        built, frame = self._cache.get(key, (None, None))  # (one read: another reader may replace it)
+        if built != snapshot.key:
+            frame = self._query(snapshot, key) if key != "notes" else _notes_frame(snapshot.notes)
+            self._cache[key] = (snapshot.key, frame)
+        return frame
 
     def query(self, table: str = "invocations", batches: Bounds = None, seqs: Bounds = None, epoch: Any = None,
               event: Any = None, name: Any = None, matched: Optional[bool] = None) -> pd.DataFrame:
@@ -262,47 +301,61 @@ class Trace:
         ``batches`` and ``seq`` in ``seqs`` (half-open ``(lo, hi)``), at ``epoch``, at ``event``
         and of ``name`` (each a value or a list), and ``matched`` (True: calls that ran, False:
         algorithms that did not match, None: both). Reads only the chunks whose ranges meet
-        the question, with the filter pushed into the parquet read, and the rows in memory."""
+        the question, with the filter pushed into the parquet read, and the rows in memory. From
+        another thread while a run writes: the trace up to the last event started (that one's
+        calls so far)."""
         if self._loaded is not None:
             raise ValueError("this trace reads the frames it was given (Trace.from_frames): filter them in pandas")
+        return self._query(self._snapshot(), table, batches, seqs, epoch, event, name, matched)
+
+    def _query(self, snapshot: _Snapshot, table: str, batches: Bounds = None, seqs: Bounds = None,
+               epoch: Any = None, event: Any = None, name: Any = None, matched: Optional[bool] = None) -> pd.DataFrame:
+        """:meth:`query` of ``snapshot``: every table it reads is of the same moment."""
         event, name = ([v] if isinstance(v, str) else v for v in (event, name))
         ranges = {"batch": batches, "seq": seqs, "epoch": None if epoch is None else (epoch, epoch + 1)}
         if table == "events":
-            found = self._read("events", ranges, {"event": event}).sort_values("seq", kind="stable", ignore_index=True)
+            found = self._read(snapshot, "events", ranges, {"event": event}).sort_values("seq", kind="stable",
+                                                                                         ignore_index=True)
             return found.assign(phase=found["event"].map(_PHASE_OF))[list(EVENT_COLUMNS)].astype(_DTYPES["events"])
-        ran = self._read("invocations", ranges, {"event": event, "name": name}) if matched is not False else None
-        missed = None if matched is True else tables.explode(self._read("events", ranges, {"event": event}, [
+        among = {"event": event, "name": name}
+        ran = self._read(snapshot, "invocations", ranges, among) if matched is not False else None
+        missed = None if matched is True else tables.explode(self._read(snapshot, "events", ranges, {"event": event}, [
             "seq", "event", "batch", "unmatched"]), "unmatched", "name", "_at", name)
         calls = pd.concat([ran, missed], ignore_index=True).reindex(columns=[*_STORED["invocations"], "_at"])
         calls = calls.sort_values(["seq", "order", "_at"], kind="stable")  # within an event: what ran, then what not
-        ran = calls["order"].notna()
-        calls = _decoded(calls, INVOCATION_SCHEMA).assign(cls=calls["name"].map(self._classes), matched=ran,
+        ran, classes = calls["order"].notna(), snapshot.classes
+        calls = _decoded(calls, INVOCATION_SCHEMA).assign(cls=calls["name"].map(classes), matched=ran,
                                              kind=np.where(ran, calls["kind"], "algorithm"))
-        dtypes = {**_DTYPES["invocations"], "name": pd.CategoricalDtype(list(self._classes)),
-                  "cls": pd.CategoricalDtype(sorted(set(self._classes.values())))}
+        dtypes = {**_DTYPES["invocations"], "name": pd.CategoricalDtype(list(classes)),
+                  "cls": pd.CategoricalDtype(sorted(set(classes.values())))}
         return calls[list(INVOCATION_COLUMNS)].reset_index(drop=True).astype(dtypes)
 
-    def _read(self, table: str, ranges: dict, among: dict, columns: Optional[list] = None) -> pd.DataFrame:
-        return self._store.read(table, _STORED[table], ranges, among, columns, self._columns().get(table)).to_pandas()
+    def _read(self, snapshot: _Snapshot, table: str, ranges: dict, among: dict,
+              columns: Optional[list] = None) -> pd.DataFrame:
+        tail = self._columns(snapshot).get(table)
+        return snapshot.store.read(table, _STORED[table], ranges, among, columns, tail).to_pandas()
 
     # -- persistence --------------------------------------------------------------------------
     def save(self, folder: Union[str, os.PathLike]) -> Path:
         """Write the trace to ``folder``: its chunks (hard links where the file system allows),
         the rows in memory as one more chunk per table, notes.parquet and trace.json."""
-        folder, chunks = Path(folder), self._store.saved_into(folder, self._columns())
-        write_parquet(self.notes, folder / "notes.parquet")
-        (folder / "trace.json").write_text(json.dumps(self._info(chunks)))
+        snapshot = self._snapshot()
+        folder, chunks = Path(folder), snapshot.store.saved_into(folder, self._columns(snapshot))
+        write_parquet(_notes_frame(snapshot.notes), folder / "notes.parquet")
+        (folder / "trace.json").write_text(json.dumps(self._info(chunks, snapshot.classes)))
         return folder
 
     def checkpoint(self) -> dict[str, Any]:
         """The trace as plain values for a checkpoint: its chunks by reference (their files stay
         where they are), the rows in memory and the notes as parquet bytes, so its size and
         the time to write it do not grow with the run. :meth:`from_checkpoint` reads it."""
-        return {**self._info([]), **self._store.snapshot(self._columns()), "notes": self.notes.to_parquet()}
+        snapshot = self._snapshot()
+        return {**self._info([], snapshot.classes), **snapshot.store.snapshot(self._columns(snapshot)),
+                "notes": _notes_frame(snapshot.notes).to_parquet()}
 
-    def _info(self, chunks: list) -> dict[str, Any]:
+    def _info(self, chunks: list, classes: dict) -> dict[str, Any]:
         return json.loads(json.dumps({"format": TRACE_FORMAT, "level": self.level, "meta": self.meta,
-                                      "classes": self._classes, "chunks": chunks, "chunk_rows": self.chunk_rows},
+                                      "classes": classes, "chunks": chunks, "chunk_rows": self.chunk_rows},
                                      default=str))
 
     @classmethod
@@ -343,11 +396,12 @@ class Trace:
 
     def __repr__(self) -> str:
         """The counts, without building a frame: events, calls that ran, notes, chunks on disk."""
-        store, memory = self._store, {"events": self.event_rows, "invocations": self.invocation_rows}
+        snapshot = self._snapshot()
+        store, memory = snapshot.store, {"events": snapshot.events, "invocations": snapshot.calls}
         rows = {t: store.rows(t) + len(new) + (store.tail[t].num_rows if t in store.tail else 0)
                 for t, new in memory.items()}
         return (f"Trace(level={self.level!r}, events={rows['events']}, calls={rows['invocations']}, "
-                f"notes={len(self._notes)}, chunks={len(store.chunks)})")
+                f"notes={len(snapshot.notes)}, chunks={len(store.chunks)})")
 
 
 def _stored(events: list, calls: list, t0: float) -> dict[str, Any]:
@@ -362,6 +416,11 @@ def _stored(events: list, calls: list, t0: float) -> dict[str, Any]:
     cl["epoch"] = list(map(dict(zip(ev["seq"], ev["epoch"])).get, cl["seq"]))
     return {table: tables.to_table([columns[name] for name in _STORED[table]], _STORED[table])
             for table, columns in (("events", ev), ("invocations", cl))}
+
+
+def _notes_frame(notes: list) -> pd.DataFrame:
+    """The notes' rows as the :attr:`Trace.notes` frame."""
+    return pd.DataFrame.from_records(notes, columns=NOTE_COLUMNS).astype(_DTYPES["notes"])
 
 
 def _columns(rows: list, schema: tuple) -> dict[str, Any]:
