@@ -170,7 +170,8 @@ class Trainer:
     @property
     def busy(self) -> bool:
         """Whether a loop (fit, eval, predict, close) runs now in another thread than the caller's:
-        then reading the trace or the state from here races with it (the lab waits for its end)."""
+        the trace and the metrics read from here are consistent snapshots up to some event, but the
+        state (batch, outputs, model) is the loop's, mid-step (the lab's conflict table waits)."""
         return self._loop_lock.busy
 
     @property
