@@ -9,7 +9,7 @@ import composer_lab
 
 PACKAGE = Path(composer_lab.__file__).parent
 LAYERS = {
-    0: {"core", "tables", "figures"},
+    0: {"core", "chunks", "figures"},
     1: {"algorithms", "data", "models", "functional"},
     2: {"trainer", "tracking"},
     3: {"explore"},

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from composer_lab.tables import columns
+from composer_lab.chunks import columns
 
 if TYPE_CHECKING:
     from composer_lab.core.state import State

@@ -2,7 +2,7 @@
 
 Rows go into plain Python lists during the run (one O(1) append per row, no pandas on the
 hot path). Every ``chunk_rows`` events :meth:`Trace.spill` turns them into columns and writes
-them to parquet (a :class:`~composer_lab.tables.ChunkStore`), so the memory a trace holds is
+them to parquet (a :class:`~composer_lab.chunks.ChunkStore`), so the memory a trace holds is
 bounded however long the run; at level 'all' an event keeps the labels of the algorithms that
 did not match as one dictionary-encoded value, not as rows. :meth:`Trace.query` reads only the
 chunks and rows a question needs; :attr:`Trace.events`, :attr:`Trace.invocations` and
@@ -26,8 +26,8 @@ from typing import Any, Callable, NamedTuple, Optional, Union
 import numpy as np
 import pandas as pd
 
-from composer_lab import tables
-from composer_lab.tables import Bounds
+from composer_lab import chunks
+from composer_lab.chunks import Bounds
 from composer_lab.core.callback import INTERNAL_PREFIX
 from composer_lab.core.event import _PHASE, Event
 
@@ -39,7 +39,7 @@ __all__ = ["Trace", "TRACE_LEVELS", "Column", "EVENT_SCHEMA", "INVOCATION_SCHEMA
 class Column(NamedTuple):
     """One column of a trace table, the only place it is described. ``dtype``: its pandas dtype in
     the frame (None: not in the frame); ``stored``: its type in a parquet chunk, a name of
-    :mod:`composer_lab.tables`' types (None: not stored); ``recorded``: whether the engine's row
+    :mod:`composer_lab.chunks`' types (None: not stored); ``recorded``: whether the engine's row
     holds it (in the schema's order); ``encode`` / ``decode``: how its recorded values are
     written to a chunk and read back (None: as they are)."""
 
@@ -91,7 +91,7 @@ INVOCATION_SCHEMA = (
     Column("kind", _KIND_DTYPE, "category"),
     Column("matched", "bool", recorded=False),  # (False: asked, said no; only at level 'all')
     Column("order", "Int64", "Int64"),
-    Column("exit_code", "object", "object", encode=tables.to_json, decode=_from_json),  # (what the call returned)
+    Column("exit_code", "object", "object", encode=chunks.to_json, decode=_from_json),  # (what the call returned)
     Column("duration", "float64", "float64"),
     Column("changed", "object", "strings", decode=_field_names),  # (a tuple of TRACKED_FIELDS)
     Column("error", "string", "string"),  # ('Type: message' if it raised)
@@ -153,7 +153,7 @@ class _Snapshot(NamedTuple):
 
     key: tuple  # (chunks, last event started, event rows, call rows, notes): equal keys, equal contents
     last: int  # the seq of the last event started: rows of later events are left out
-    store: tables.ChunkStore
+    store: chunks.ChunkStore
     events: list
     calls: list
     notes: list
@@ -176,7 +176,7 @@ class Trace:
         self.event_rows, self.invocation_rows, self._notes = [], [], []  # lists of plain tuples (see below)
         self.add_call = self.invocation_rows.append
         """Record a call's row: an :class:`InvocationRecord`'s fields as a plain tuple."""
-        self._store, self._tail = tables.ChunkStore(folder, _KEYS), (None, {})  # (the rows in memory as columns)
+        self._store, self._tail = chunks.ChunkStore(folder, _KEYS), (None, {})  # (the rows in memory as columns)
         self._labels, self._label_counts, self._classes = {}, {}, {}  # id -> (obj, label), cls -> count, label -> cls
         self._cache: dict[str, tuple[tuple, pd.DataFrame]] = {}
         self._spilling = threading.Lock()  # (taken by a spill and a reader's snapshot, never by an append)
@@ -319,7 +319,7 @@ class Trace:
             return found.assign(phase=found["event"].map(_PHASE_OF))[list(EVENT_COLUMNS)].astype(_DTYPES["events"])
         among = {"event": event, "name": name}
         ran = self._read(snapshot, "invocations", ranges, among) if matched is not False else None
-        missed = None if matched is True else tables.explode(self._read(snapshot, "events", ranges, {"event": event}, [
+        missed = None if matched is True else chunks.explode(self._read(snapshot, "events", ranges, {"event": event}, [
             "seq", "event", "batch", "unmatched"]), "unmatched", "name", "_at", name)
         calls = pd.concat([ran, missed], ignore_index=True).reindex(columns=[*_STORED["invocations"], "_at"])
         calls = calls.sort_values(["seq", "order", "_at"], kind="stable")  # within an event: what ran, then what not
@@ -382,8 +382,8 @@ class Trace:
                              f"this version")
         trace = cls(saved["level"], chunk_rows=saved.get("chunk_rows", 1 << 16))
         trace._classes, trace.meta = saved["classes"], saved.get("meta", {})
-        trace._store = tables.ChunkStore.restored(saved, _KEYS)
-        trace._notes = list(tables.table_from_bytes(saved["notes"]).to_pandas().itertuples(index=False, name=None))
+        trace._store = chunks.ChunkStore.restored(saved, _KEYS)
+        trace._notes = list(chunks.table_from_bytes(saved["notes"]).to_pandas().itertuples(index=False, name=None))
         return trace
 
     @classmethod
@@ -412,9 +412,9 @@ def _stored(events: list, calls: list, t0: float) -> dict[str, Any]:
     ev, cl = _columns(events, EVENT_SCHEMA), _columns(calls, INVOCATION_SCHEMA)
     t_start = np.asarray(ev["t_start"], dtype=float)
     ev.update(t_start=t_start - t0, duration=np.asarray(ev["t_end"], dtype=float) - t_start,
-              unmatched=tables.absent(ev["seq"], ev["asked"], cl["seq"], cl["name"]))
+              unmatched=chunks.absent(ev["seq"], ev["asked"], cl["seq"], cl["name"]))
     cl["epoch"] = list(map(dict(zip(ev["seq"], ev["epoch"])).get, cl["seq"]))
-    return {table: tables.to_table([columns[name] for name in _STORED[table]], _STORED[table])
+    return {table: chunks.to_table([columns[name] for name in _STORED[table]], _STORED[table])
             for table, columns in (("events", ev), ("invocations", cl))}
 
 
@@ -425,7 +425,7 @@ def _notes_frame(notes: list) -> pd.DataFrame:
 
 def _columns(rows: list, schema: tuple) -> dict[str, Any]:
     """The recorded ``rows`` as columns by name, each encoded as its chunk stores it."""
-    columns = dict(zip(_recorded(schema), tables.columns(rows, len(_recorded(schema)))))
+    columns = dict(zip(_recorded(schema), chunks.columns(rows, len(_recorded(schema)))))
     return {c.name: c.encode(columns[c.name]) if c.encode else columns[c.name] for c in schema if c.recorded}
 
 
