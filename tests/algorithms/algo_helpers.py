@@ -1,4 +1,5 @@
-"""Tiny models and an engine-driving helper shared by the algorithm tests."""
+"""Tiny models (aliased submodules, tied weights among them) and an engine-driving helper shared by
+the algorithm tests."""
 
 from __future__ import annotations
 
@@ -22,6 +23,38 @@ class TinyCNN(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc(self.pool(torch.relu(self.bn(self.conv(x)))).flatten(1))
+
+
+class Aliased(nn.Module):
+    """A model zoo's shape: the stem is ``features[0]`` and also ``stem``; strided convolutions
+    and a max-pool (BlurPool has work), BatchNorm (its statistics must survive every probe)."""
+
+    def __init__(self, classes: int) -> None:
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+                                      nn.MaxPool2d(2), nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.ReLU(),
+                                      nn.AdaptiveAvgPool2d(1), nn.Flatten())
+        self.stem = self.features[0]
+        self.fc = nn.Linear(32, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.features(x))
+
+
+class Tied(nn.Module):
+    """Two layers sharing one weight Parameter, as a language model's embedding and head do."""
+
+    def __init__(self, classes: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 16, 3, stride=2, padding=1)
+        self.project = nn.Linear(16, 16)
+        self.head = nn.Linear(16, classes)
+        self.unembed = nn.Linear(16, 16, bias=False)
+        self.unembed.weight = self.project.weight  # tied
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.conv(x)).mean(dim=(2, 3))
+        return self.head(torch.relu(self.unembed(torch.relu(self.project(h)))))
 
 
 def make_state(model: nn.Module, batch, algorithms: Sequence = (), max_duration: str = "10ba",

@@ -40,6 +40,8 @@ from composer_lab.algorithms.warnings import NoEffectWarning
 from composer_lab.models import HuggingFaceModel
 from composer_lab.trainer import Trainer
 
+from algo_helpers import Aliased, Tied
+
 BATCH, STEPS, SIDE, CLASSES, VOCAB, LENGTH, LABELS = 4, 3, 32, 10, 64, 16, 3
 PACKAGE = Path(composer_lab.__file__).resolve().parent
 ROOT = PACKAGE.parent
@@ -84,38 +86,6 @@ class Tokens(Dataset):
 
 # -- models --------------------------------------------------------------------------------------
 
-class Aliased(nn.Module):
-    """A model zoo's shape: the stem is ``features[0]`` and also ``stem``; strided convolutions
-    and a max-pool (BlurPool has work), BatchNorm (its statistics must survive every probe)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.features = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
-                                      nn.MaxPool2d(2), nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.ReLU(),
-                                      nn.AdaptiveAvgPool2d(1), nn.Flatten())
-        self.stem = self.features[0]
-        self.fc = nn.Linear(32, CLASSES)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(self.features(x))
-
-
-class Tied(nn.Module):
-    """Two layers sharing one weight Parameter, as a language model's embedding and head do."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = nn.Conv2d(3, 16, 3, stride=2, padding=1)
-        self.project = nn.Linear(16, 16)
-        self.head = nn.Linear(16, CLASSES)
-        self.unembed = nn.Linear(16, 16, bias=False)
-        self.unembed.weight = self.project.weight  # tied
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = torch.relu(self.conv(x)).mean(dim=(2, 3))
-        return self.head(torch.relu(self.unembed(torch.relu(self.project(h)))))
-
-
 def _timm(name: str, **kwargs: Any) -> nn.Module:
     timm = pytest.importorskip("timm", reason="timm is not installed (pip install -e '.[timm]')")
     return timm.create_model(name, pretrained=False, num_classes=CLASSES, **kwargs)
@@ -151,8 +121,8 @@ WORKLOADS = {
     "ViT": Workload(lambda: torchvision.models.VisionTransformer(
         image_size=SIDE, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64, num_classes=CLASSES),
         Images),
-    "aliased": Workload(Aliased, Images),
-    "tied": Workload(Tied, Images),
+    "aliased": Workload(lambda: Aliased(CLASSES), Images),
+    "tied": Workload(lambda: Tied(CLASSES), Images),
     "timm resnet10t": Workload(lambda: _timm("resnet10t"), Images),
     "timm ViT": Workload(lambda: _timm("vit_tiny_patch16_224", img_size=SIDE, patch_size=8, embed_dim=32, depth=2,
                                        num_heads=2), Images),

@@ -14,39 +14,11 @@ from torch.nn.utils import parametrize
 from composer_lab.algorithms import CutMix, MixUp
 from composer_lab.core import Event
 
-from algo_helpers import make_state
+from algo_helpers import Aliased, Tied, make_state
 
 Trainer = pytest.importorskip("composer_lab.trainer").Trainer
 
 CLASSES = 5
-
-
-class Aliased(nn.Module):
-    """A model zoo's shape: the stem reached as ``features[0]`` and as ``stem``."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.features = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
-                                      nn.AdaptiveAvgPool2d(1), nn.Flatten())
-        self.stem = self.features[0]
-        self.fc = nn.Linear(8, CLASSES)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(self.features(x))
-
-
-class Tied(nn.Module):
-    """Two layers sharing one weight Parameter (as a language model's embedding and head)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = nn.Conv2d(3, CLASSES, 1)
-        self.mix = nn.Linear(CLASSES, CLASSES)
-        self.head = nn.Linear(CLASSES, CLASSES)
-        self.head.weight = self.mix.weight
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(torch.relu(self.mix(self.conv(x).mean(dim=(2, 3)))))
 
 
 class Symmetric(nn.Module):
@@ -55,13 +27,13 @@ class Symmetric(nn.Module):
 
 
 def parametrized() -> nn.Module:
-    model = Aliased()
-    model.fc = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, CLASSES))
+    model = Aliased(CLASSES)
+    model.fc = nn.Sequential(nn.Linear(32, 32), nn.Linear(32, CLASSES))
     parametrize.register_parametrization(model.fc[0], "weight", Symmetric())
     return model
 
 
-MODELS = {"aliased": Aliased, "tied": Tied, "parametrized": parametrized}
+MODELS = {"aliased": lambda: Aliased(CLASSES), "tied": lambda: Tied(CLASSES), "parametrized": parametrized}
 MIXERS = {"MixUp": lambda: MixUp(alpha=0.2), "CutMix": lambda: CutMix(alpha=1.0)}
 
 
@@ -105,7 +77,7 @@ def test_reading_the_class_count_leaves_the_model_as_it_was(name, mixer, precisi
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_a_failing_read_leaves_the_model_as_it_was(name):
     model = MODELS[name]()
-    model.features[3].eval() if name != "tied" else model.mix.eval()  # a module the user keeps in eval mode
+    model.features[3].eval() if name != "tied" else model.project.eval()  # a module the user keeps in eval mode
     flags = [m.training for m in model.modules()]
 
     def fail(module, args, output):
@@ -142,7 +114,7 @@ def test_models_with_shared_or_parametrized_weights_train_under_mixing(name, mix
         assert value.device.type == "cpu" and value.dtype == start[key].dtype and value.isfinite().all(), key
     assert any(not torch.equal(start[k], v) for k, v in model.state_dict().items())  # it trained
     if name == "tied":
-        assert model.head.weight is model.mix.weight
+        assert model.unembed.weight is model.project.weight
     if name == "aliased":
         assert model.stem is model.features[0]
     assert model(images(2)[0]).shape == (2, CLASSES)
