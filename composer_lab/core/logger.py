@@ -14,7 +14,7 @@ from composer_lab.chunks import columns
 if TYPE_CHECKING:
     from composer_lab.core.state import State
 
-__all__ = ["Logger", "METRIC_COLUMNS"]
+__all__ = ["Logger", "METRIC_COLUMNS", "stack_scalars"]
 
 METRIC_COLUMNS = ("batch", "epoch", "phase", "name", "value")
 
@@ -97,5 +97,17 @@ def _to_host_floats(values: list) -> None:
     """Replace the tensors among ``values`` by floats, copied to the host in one transfer per device."""
     for device in {v.device for v in values if isinstance(v, torch.Tensor)}:
         on_device = [i for i, v in enumerate(values) if isinstance(v, torch.Tensor) and v.device == device]
-        for i, f in zip(on_device, torch.stack([values[i].reshape(()).float() for i in on_device]).tolist()):
+        for i, f in zip(on_device, stack_scalars([values[i] for i in on_device]).tolist()):
             values[i] = f
+
+
+def stack_scalars(tensors: list) -> torch.Tensor:
+    """One-value ``tensors`` of one device as one 1-d float tensor: a single stack when they share a
+    dtype and a shape (the usual case: each batch's loss), else each one reshaped and cast first (a
+    stack of mixed dtypes would promote them together: an int64 with a float16 to float16)."""
+    if len({t.dtype for t in tensors}) == 1:
+        try:
+            return torch.stack(tensors).reshape(len(tensors)).float()
+        except RuntimeError:  # (shapes differ, e.g. () and (1,))
+            pass
+    return torch.stack([t.reshape(()).float() for t in tensors])

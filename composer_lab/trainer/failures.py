@@ -18,6 +18,7 @@ from typing import Any, Optional
 
 import torch
 
+from composer_lab.core.logger import stack_scalars
 from composer_lab.trainer.devices import fresh_grad_scaler
 
 __all__ = ["InterruptGuard", "NonFiniteLossError", "NonFiniteWatch", "NONFINITE_MODES", "raise_nonfinite_loss",
@@ -117,7 +118,7 @@ class NonFiniteWatch:
         loss, naming the first; ``timestamp`` is now's. One host read, none when nothing was watched."""
         if not self._losses:
             return
-        losses, batches = torch.stack([loss.reshape(()).float() for loss in self._losses]), self._batches
+        losses, batches = stack_scalars(self._losses), self._batches
         self._losses, self._batches = [], []
         finite = torch.isfinite(losses)
         if not finite.all().item():  # (the usual answer, in the one read; which batch: read only now)

@@ -20,3 +20,23 @@ def test_a_flush_of_many_rows_sets_off_no_garbage_collection():
     finally:
         gc.callbacks.remove(count)
     assert len(frame) == 100_000 and len(collections) < 5, collections
+
+
+def test_tensor_values_of_mixed_shapes_and_dtypes_read_as_each_alone():
+    """The flush stacks each device's tensors in one op when they agree in dtype and shape; mixed ones
+    read as each would alone (not promoted together: 70000 with a float16 stays 70000, not inf)."""
+    import torch
+
+    from composer_lab.core.logger import stack_scalars
+
+    mixed = [torch.tensor(70000), torch.tensor(0.5, dtype=torch.float16), torch.tensor([1.5]), torch.tensor(2.5)]
+    alike = [torch.tensor([[0.25]]), torch.tensor([[float("nan")]])]
+    for tensors in (mixed, alike, mixed[:1]):
+        expected = [t.reshape(()).float().item() for t in tensors]
+        got = stack_scalars(tensors)
+        assert got.dtype == torch.float32 and got.shape == (len(tensors),)
+        torch.testing.assert_close(got, torch.tensor(expected), equal_nan=True)
+    logger = Logger()
+    for i, value in enumerate([*mixed, *alike]):
+        logger.log_metrics({f"m{i}": value})
+    assert logger.metrics["value"].tolist()[:4] == [70000.0, 0.5, 1.5, 2.5]
