@@ -2,14 +2,17 @@
 
 A field was replaced when it holds another object (compared by identity while the old one is
 held) and mutated in place when a tensor's version counter moved (PyTorch bumps ``_version`` on
-every in-place op; a write through ``tensor.data`` goes to an alias and is not seen). A
-:class:`FieldWatcher` compares two signatures around each call: :class:`Fields`, O(1) in the
-model, around every call; :class:`ModelSignature`, O(parameters), only around the calls whose
-``writes`` at the event may include ``'model'`` (a declaration is trusted), and reused while the
-engine's :class:`ModelHooks` report no module or parameter registered and no optimizer step. A
-:class:`CheckedWatcher` (``Engine(check_writes=True)``) trusts no declaration: it compares the
-model around every call and raises :class:`UndeclaredWrite` at the call that changed a field its
-``writes`` leaves out.
+every in-place op). A :class:`FieldWatcher` compares :class:`Fields`, O(1) in the model, around
+every call. The model is compared only around the calls whose ``writes`` at the event may include
+``'model'`` (a declaration is trusted), in one of two ways. Under the engine's :class:`ModelHooks`
+(inside ``Engine.watching()``, as the trainer runs), :class:`ModelWrites` watches what the call
+does: the torch functions it runs on the model's parameters, or on any tensor that shares their
+storage (a view, ``.data``, ``detach()``), and the hooks tell a module or parameter registered;
+the cost is in the call's operations, not in the model's size. Without the hooks (events run by
+hand), a :class:`ModelSignature` of every parameter's version and flags is taken around the call.
+A :class:`CheckedWatcher` (``Engine(check_writes=True)``) trusts no declaration: it compares the
+model's signature around every call and raises :class:`UndeclaredWrite` at the call that changed
+a field its ``writes`` leaves out.
 """
 
 from __future__ import annotations
@@ -20,10 +23,12 @@ from typing import Any, Iterator, NamedTuple, Optional
 
 import torch
 from torch.optim import optimizer as _optimizer_hooks
+from torch.overrides import TorchFunctionMode
 
 from composer_lab.core.event import Event
 
-__all__ = ["TRACKED_FIELDS", "FieldWatcher", "CheckedWatcher", "ModelHooks", "UndeclaredWrite", "UNHOOKED"]
+__all__ = ["TRACKED_FIELDS", "FieldWatcher", "CheckedWatcher", "ModelHooks", "ModelWrites", "UndeclaredWrite",
+           "UNHOOKED"]
 
 TRACKED_FIELDS = ("batch", "outputs", "loss", "model", "optimizers")
 
@@ -172,6 +177,64 @@ def _walk(model: Any, registered: int) -> Walk:
     return Walk(model, params, (tuple(map(id, modules)), tuple(map(id, params))), modules, registered)
 
 
+def _storage(tensor: Any) -> int:
+    """The address of ``tensor``'s storage; 0 for a tensor without one (sparse, nested, meta)."""
+    try:
+        return tensor.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return 0
+
+
+class ModelWrites(TorchFunctionMode):
+    """Watches one call for writes to the model. Entered around the call, it notes each tensor a
+    torch function is given (also inside a list: ``torch._foreach_add_``) that is one of the
+    model's parameters or shares a parameter's storage (a view, ``.data``, ``detach()``, taken
+    now or at an earlier event), with its version, storage and, for a parameter,
+    ``requires_grad``, before the function runs. :meth:`wrote` tells whether one of them moved."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.walk: Optional[Walk] = None
+        self._params: frozenset = frozenset()  # the parameters' ids
+        self._storages: frozenset = frozenset()  # their storages' addresses
+        self._seen: dict[int, tuple] = {}  # id -> (tensor, version, storage, requires_grad or None)
+
+    def of(self, walk: Walk) -> "ModelWrites":
+        """Watch ``walk``'s parameters (their ids and storages are read once per walk)."""
+        if walk is not self.walk:
+            self.walk, self._params = walk, frozenset(walk.ids[1])
+            self._storages = frozenset(map(_storage, walk.params)) - {0}
+        return self
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
+        kwargs = kwargs or {}
+        for value in (*args, *kwargs.values()):
+            if type(value) is list or type(value) is tuple:
+                for item in value:
+                    self._note(item)
+            else:
+                self._note(value)
+        return func(*args, **kwargs)
+
+    def _note(self, value: Any) -> None:
+        if isinstance(value, _Tensor) and id(value) not in self._seen:
+            is_param, storage = id(value) in self._params, _storage(value)
+            if is_param or storage in self._storages:
+                self._seen[id(value)] = (value, value._version, storage, value.requires_grad if is_param else None)
+
+    def wrote(self) -> bool:
+        """Whether a tensor noted since the last answer moved (and forget them). A parameter given
+        another storage (``p.data = ...``) has the storages read again at the next :meth:`of`."""
+        seen, self._seen = self._seen, {}
+        moved = False
+        for tensor, version, storage, requires_grad in seen.values():
+            if _storage(tensor) != storage:
+                moved, self.walk = True, None
+            moved = moved or tensor._version != version or (requires_grad is not None
+                                                             and tensor.requires_grad != requires_grad)
+        return moved
+
+
 def _differing(before: Fields, now: Fields, model_moved: bool) -> tuple[str, ...]:
     """The tracked fields whose object or data signature differs, or the model if it moved."""
     return tuple([name for i, name in enumerate(TRACKED_FIELDS)
@@ -182,12 +245,15 @@ def _differing(before: Fields, now: Fields, model_moved: bool) -> tuple[str, ...
 class FieldWatcher:
     """Names the fields each call changed: :meth:`watch` before an event's first call,
     :meth:`before` each call, :meth:`changed` after it, :meth:`release` after the event's last
-    (so that the loss and its autograd graph are not held). It keeps the last :class:`Fields` and
-    :class:`ModelSignature`, and whether the call under way is compared on the model."""
+    (so that the loss and its autograd graph are not held). It keeps the last :class:`Fields`,
+    and for the model the :class:`ModelWrites` and :class:`Walk` of the hooked way or the last
+    :class:`ModelSignature` of the other, and how the call under way is compared on the model."""
 
     def __init__(self, state: Any, hooks: ModelHooks) -> None:
         self.state, self.hooks = state, hooks
-        self._fields, self._model, self._watching, self._trusted = _NOTHING, None, False, False
+        self._fields, self._model, self._walk, self._trusted = _NOTHING, None, None, False
+        self._writes_seen = ModelWrites()
+        self._moved: Any = None  # (the call under way: the function telling whether it moved the model, or None)
         self._writes: Any = None  # (what the call under way declares at this event)
         self._event: Any = None
 
@@ -195,7 +261,7 @@ class FieldWatcher:
         """Take the fields as they are now, before the first call of ``event``."""
         self._fields, self._event = _fields(self.state), event
         if event in _BOUNDARY_EVENTS:
-            self._model = None
+            self._model = self._walk = None
 
     def release(self) -> None:
         """Let go of the fields after an event's calls: the trainer frees what it replaces (last
@@ -204,19 +270,44 @@ class FieldWatcher:
 
     def before(self, obj: Any) -> None:
         """Ready the check of ``obj``'s call: compared on the model unless its ``writes`` at this
-        event leaves the model out (then trusted, and the model's signature is measured afresh
-        before the next call compared on it, which is not blamed for what a trusted one did)."""
+        event leaves the model out (then trusted)."""
         writes = getattr(obj, "writes", None)  # (a callback's own attribute may be anything)
         if type(writes) is dict:  # declared event by event (an event left out: unknown)
             writes = writes.get(self._event)
         self._writes = writes
-        if type(writes) is frozenset and "model" not in writes:
-            self._watching = False
+        self._moved = self._model_check(type(writes) is frozenset and "model" not in writes)
+
+    def _model_check(self, trusted: bool) -> Any:
+        """How the call about to run is compared on the model: None if ``trusted``, else its
+        writes seen under the hooks, else the model's signature around it (then a call after a
+        trusted one is not blamed for what that one did: the signature is measured afresh)."""
+        if trusted:
             self._trusted = True
-        else:
-            self._watching, model = True, self._model
-            if self._trusted or model is None or model.fired != self.hooks.fired:
-                self._model, self._trusted = self._signature(), False
+            return None
+        if self.hooks.depth:
+            return self._seeing_writes()
+        model = self._model
+        if self._trusted or model is None or model.fired != self.hooks.fired:
+            self._model, self._trusted = self._signature(), False
+        return self._model_moved
+
+    def _seeing_writes(self) -> Any:
+        """Enter the :class:`ModelWrites` of the model's walk (walked again after a registration)."""
+        walk, registered = self._walk, self.hooks.registered
+        if walk is None or walk.model is not self.state.model or walk.registered != registered:
+            self._walk = walk = _walk(self.state.model, registered)
+        self._writes_seen.of(walk).__enter__()
+        return self._model_written
+
+    def _model_written(self) -> bool:
+        """Whether the call just run wrote a parameter, or registered a module or parameter that
+        changed the model's structure; leaves the :class:`ModelWrites`."""
+        self._writes_seen.__exit__(None, None, None)
+        wrote, walk = self._writes_seen.wrote(), self._walk
+        if walk.registered == self.hooks.registered:
+            return wrote
+        self._walk = now = _walk(self.state.model, self.hooks.registered)
+        return wrote or now.ids != walk.ids
 
     def _signature(self) -> ModelSignature:
         """The model's signature, from the last walk while no module or parameter was registered."""
@@ -243,8 +334,8 @@ class FieldWatcher:
         """The tracked fields the call replaced or mutated, in the order of ``TRACKED_FIELDS``
         (empty if none); the state now is what the next call is compared with. The usual answer,
         nothing, is told first, building nothing."""
-        s, (objects, data, tensors, versions) = self.state, self._fields
-        moved = self._watching and self._model_moved()
+        s, (objects, data, tensors, versions), moved = self.state, self._fields, self._moved
+        moved = moved is not None and moved()
         if (not moved and s.batch is objects[0] and s.outputs is objects[1] and s.loss is objects[2]
                 and s.model is objects[3] and s.optimizers is objects[4]
                 and tuple(map(_version, tensors)) == versions and _learning_rates(s.optimizers) == data[4]):
@@ -254,15 +345,19 @@ class FieldWatcher:
 
 
 class CheckedWatcher(FieldWatcher):
-    """A :class:`FieldWatcher` that trusts no ``writes`` declaration: it compares the model around
-    every call and raises :class:`UndeclaredWrite` at the call that changed a field its
-    declaration leaves out (where the cheap watcher would not see it). A debug mode: every call
-    then walks the parameters."""
+    """A :class:`FieldWatcher` that trusts no ``writes`` declaration: it compares the model's
+    signature around every call and raises :class:`UndeclaredWrite` at the call that changed a
+    field its declaration leaves out (where the cheap watcher would not see it). A debug mode:
+    every call then reads every parameter."""
+
+    def _model_check(self, trusted: bool) -> Any:
+        model = self._model
+        if model is None or model.fired != self.hooks.fired:
+            self._model = self._signature()
+        return self._model_moved
 
     def before(self, obj: Any) -> None:
         super().before(obj)
-        if not self._watching:  # (a call trusted by the plain watcher: compared on the model here)
-            self._model, self._watching = self._signature(), True
         self._obj = obj
 
     def changed(self) -> tuple[str, ...]:

@@ -16,11 +16,12 @@ AFTER_LOSS). Where the two ways answer differently today, ``hooked`` holds the a
 
 What "changed" means (composer_lab/core/watcher.py): a field was replaced when it holds another
 object, mutated in place when a tensor's ``_version`` moved, and the model changed when a
-parameter's version or ``requires_grad`` moved, a module or parameter was added, removed or
-replaced, or an optimizer stepped inside the call. It is pinned here so that the change
-detector can be rewritten (an undeclared call costing the same at any model size) without its
-answers moving. Where today's answer is debatable or wrong it is pinned all the same and marked
-``# today:``; a rewrite that fixes one updates that single expectation.
+parameter (or a tensor sharing its storage) was written, its ``requires_grad`` moved, or a
+module or parameter was added, removed or replaced. Inside ``watching()`` the model is judged
+by what the call did (the torch functions it ran on the model's tensors), outside it by every
+parameter's version and flags: the answers are pinned here so that neither way drifts. Where
+an answer is debatable or wrong it is pinned all the same and marked ``# today:``; a change
+that fixes one updates that single expectation.
 """
 
 from __future__ import annotations
@@ -333,25 +334,26 @@ def _(s, memo):
     first(s).detach().mul_(2)
 
 
-@scenario("model: written through p.data (p.data.mul_(2))", NOTHING)
+@scenario("model: written through p.data (p.data.mul_(2))", NOTHING, hooked=M)
 def _(s, memo):
-    # today: not seen, and wrong in fact (the values changed): p.data is an alias with a version
-    # counter of its own, so p's version does not move (the watcher's docstring says so). The
-    # rewrite may report ("model",); update this single expectation then.
+    # Seen inside watching(): the writes are watched, and the alias shares the parameter's
+    # storage. Outside it, not seen (wrong in fact): p.data has a version counter of its own,
+    # so the parameters' versions that are compared there do not move.
     first(s).data.mul_(2)
 
 
-@scenario("model: p.data = torch.zeros_like(p)", NOTHING)
+@scenario("model: p.data = torch.zeros_like(p)", NOTHING, hooked=M)
 def _(s, memo):
-    # today: not seen, and wrong in fact: assigning .data swaps the parameter's storage (same
-    # object, same requires_grad) without moving its version.
+    # Seen inside watching(): the parameter's storage changed. Outside it, not seen (wrong in
+    # fact): assigning .data swaps the storage (same object, same requires_grad) without moving
+    # the version.
     p = first(s)
     p.data = torch.zeros_like(p)
 
 
-@scenario("model: model.double() (.data of every parameter swapped)", NOTHING)
+@scenario("model: model.double() (.data of every parameter swapped)", NOTHING, hooked=M)
 def _(s, memo):
-    # today: not seen, as p.data = ...: Module._apply converts parameters by assigning .data.
+    # As p.data = ...: Module._apply converts parameters by assigning .data (outside watching(): not seen).
     # (The rest of the state, float, no longer fits the model; nothing here runs it again.)
     s.model.double()
 
@@ -508,9 +510,10 @@ def _(s, memo):
     memo["detached"].zero_()
 
 
-@scenario("model: p.data taken at an earlier event, written now", NOTHING, prepare=take_data)
+@scenario("model: p.data taken at an earlier event, written now", NOTHING, hooked=M, prepare=take_data)
 def _(s, memo):
-    # today: not seen (wrong in fact), as a write through p.data in the call.
+    # As a write through p.data in the call: seen inside watching() (the alias's storage is the
+    # parameter's), not outside it (wrong in fact).
     memo["data"].zero_()
 
 

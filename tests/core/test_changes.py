@@ -170,3 +170,42 @@ def test_a_per_event_declaration_is_read_at_each_event():
     assert calls.set_index("event").changed.to_dict() == {  # (BATCH_END: declared nothing, so trusted)
         "before_loss": ("model",), "after_loss": ("model",), "batch_end": ()}
     assert reads["batch_end"] == 0 < reads["after_loss"] and reads["before_loss"] > 0
+
+
+class BumpThenRaise(Bump):
+    def apply(self, event, state, logger):
+        super().apply(event, state, logger)
+        raise RuntimeError("after the write")
+
+
+def test_a_call_that_raises_leaves_no_watch_behind_and_its_write_is_reported():
+    """Inside ``watching()`` an undeclared call is watched by a torch function mode entered
+    around it: a call that raises leaves it all the same, its write recorded."""
+    engine = engine_over(nn.Linear(4, 2), [BumpThenRaise()])
+    with engine.watching(), pytest.raises(RuntimeError, match="after the write"):
+        engine.run_event(Event.AFTER_LOSS)
+    assert torch._C._len_torch_function_stack() == 0
+    calls = engine.trace.invocations
+    assert list(zip(calls.changed, calls.error)) == [(("model",), "RuntimeError: after the write")]
+
+
+class FireAndBump(Algorithm):
+    """At AFTER_LOSS, fires BATCH_END from its ``apply``; Bump writes the model there."""
+
+    events = frozenset({Event.AFTER_LOSS})
+
+    def __init__(self, engine):
+        self.engine = engine
+
+    def apply(self, event, state, logger):
+        self.engine.run_event(Event.BATCH_END)
+
+
+def test_a_write_in_an_event_fired_from_a_call_is_that_calls_change_too():
+    model = nn.Linear(4, 2)
+    engine = engine_over(model, [])
+    bump_at_batch_end = type("BumpAtEnd", (Bump,), {"events": frozenset({Event.BATCH_END})})()
+    engine.state.algorithms = [FireAndBump(engine), bump_at_batch_end]
+    with engine.watching():
+        engine.run_event(Event.AFTER_LOSS)
+    assert changed_by(engine) == {"FireAndBump": ("model",), "BumpAtEnd": ("model",)}
