@@ -7,7 +7,6 @@ import time
 from collections.abc import Mapping
 from contextlib import contextmanager
 from functools import cached_property
-from operator import is_not
 from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional, Sequence, Union
 
 from composer_lab.core.algorithm import Algorithm
@@ -16,7 +15,7 @@ from composer_lab.core.watcher import CheckedWatcher, FieldWatcher, ModelHooks
 from composer_lab.core.event import _PHASE, Event
 from composer_lab.core.logger import Logger
 from composer_lab.core.passes import DEFAULT_PASSES, ORDER_ONLY_PASSES, AlgorithmPass, pass_name
-from composer_lab.core.state import State
+from composer_lab.core.state import EditCountingList, State
 from composer_lab.core.trace import Trace
 
 __all__ = ["Engine", "AlgorithmTrace", "Traces"]
@@ -68,24 +67,23 @@ class Traces(Mapping):
 
 class Listeners:
     """The objects of a list (algorithms, callbacks) that listen at each event, and their trace
-    labels, worked out again only when the list is replaced or edited in place (compared by
-    identity: an equal instance swapped in is another object). Labels are given in list order
-    ('LabelSmoothing', 'LabelSmoothing#2'), not run order."""
+    labels, worked out again only when another list is given or the list was edited in place
+    (its ``edits`` count: State keeps both as :class:`~composer_lab.core.state.EditCountingList`).
+    Labels are given in list order ('LabelSmoothing', 'LabelSmoothing#2'), not run order."""
 
     def __init__(self, events_of: Callable[[Any], Iterable[Event]], label: Callable[[Any], str]) -> None:
-        self._events_of, self._label, self._seen = events_of, label, []
+        self._events_of, self._label, self._seen, self._edits = events_of, label, None, -1
         self.at: dict[Event, list] = {event: [] for event in Event}
         self.labels: dict[Event, tuple[str, ...]] = {event: () for event in Event}
 
-    def at_event(self, objects: Sequence[Any], event: Event) -> list:
+    def at_event(self, objects: EditCountingList, event: Event) -> list:
         """Those of ``objects`` that listen at ``event``."""
-        seen = self._seen
-        if len(objects) != len(seen) or any(map(is_not, objects, seen)):
+        if objects is not self._seen or objects.edits != self._edits:
             self._update(objects)
         return self.at[event]
 
-    def _update(self, objects: Sequence[Any]) -> None:
-        self._seen, labels = list(objects), {id(obj): self._label(obj) for obj in objects}
+    def _update(self, objects: EditCountingList) -> None:
+        self._seen, self._edits, labels = objects, objects.edits, {id(obj): self._label(obj) for obj in objects}
         self.at = {event: [] for event in Event}
         for obj in objects:
             for event in self._events_of(obj):

@@ -86,6 +86,30 @@ def _as_list(value: Any) -> list:
     return [value]
 
 
+class EditCountingList(list):
+    """A list that counts its in-place edits: the engine works out the listeners of each event
+    from ``state.algorithms`` and ``state.callbacks`` again only when another list was assigned
+    or ``edits`` moved, a check that costs the same however long the list."""
+
+    edits = 0
+
+
+def _counting(name: str) -> Callable:
+    edit = getattr(list, name)
+
+    def counted(self: EditCountingList, *args: Any, **kwargs: Any) -> Any:
+        self.edits += 1
+        return edit(self, *args, **kwargs)
+
+    counted.__name__ = counted.__qualname__ = name
+    return counted
+
+
+for _name in ("append", "extend", "insert", "remove", "pop", "clear", "sort", "reverse", "__setitem__",
+              "__delitem__", "__iadd__", "__imul__"):
+    setattr(EditCountingList, _name, _counting(_name))
+
+
 class State:
     """The shared training state that algorithms read and change in place.
 
@@ -119,7 +143,7 @@ class State:
         self.schedulers = _as_list(schedulers)
         self.dataloader = dataloader
         self.algorithms = algorithms
-        self.callbacks = list(callbacks)
+        self.callbacks = callbacks
         self.precision = precision
         self.device = torch.device(device)
         self.seed = seed
@@ -140,7 +164,16 @@ class State:
 
     @algorithms.setter
     def algorithms(self, algorithms: Sequence[Any]) -> None:
-        self._algorithms = list(algorithms)  # a list of its own: the engine compares it with its copy
+        self._algorithms = EditCountingList(algorithms)  # a list of its own: the engine keeps track of it
+
+    @property
+    def callbacks(self) -> list:
+        """The callbacks the engine runs after the algorithms of each event (before them on INIT)."""
+        return self._callbacks
+
+    @callbacks.setter
+    def callbacks(self, callbacks: Sequence[Any]) -> None:
+        self._callbacks = EditCountingList(callbacks)
 
     # -- duration -------------------------------------------------------------------------
     @property

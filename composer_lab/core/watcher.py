@@ -23,6 +23,7 @@ from typing import Any, Iterator, NamedTuple, Optional
 
 import torch
 from torch.optim import optimizer as _optimizer_hooks
+from torch._C import _pop_torch_function_stack as _pop_mode, _push_on_torch_function_stack as _push_mode
 from torch.overrides import TorchFunctionMode
 
 from composer_lab.core.event import Event
@@ -225,8 +226,10 @@ class ModelWrites(TorchFunctionMode):
     def wrote(self) -> bool:
         """Whether a tensor noted since the last answer moved (and forget them). A parameter given
         another storage (``p.data = ...``) has the storages read again at the next :meth:`of`."""
-        seen, self._seen = self._seen, {}
-        moved = False
+        seen, moved = self._seen, False
+        if not seen:  # (the usual call: no torch function on the model)
+            return False
+        self._seen = {}
         for tensor, version, storage, requires_grad in seen.values():
             if _storage(tensor) != storage:
                 moved, self.walk = True, None
@@ -248,6 +251,9 @@ class FieldWatcher:
     (so that the loss and its autograd graph are not held). It keeps the last :class:`Fields`,
     and for the model the :class:`ModelWrites` and :class:`Walk` of the hooked way or the last
     :class:`ModelSignature` of the other, and how the call under way is compared on the model."""
+
+    checks_all = False
+    """Whether every call is compared on the model's signature, whatever it declares."""
 
     def __init__(self, state: Any, hooks: ModelHooks) -> None:
         self.state, self.hooks = state, hooks
@@ -275,17 +281,16 @@ class FieldWatcher:
         if type(writes) is dict:  # declared event by event (an event left out: unknown)
             writes = writes.get(self._event)
         self._writes = writes
-        self._moved = self._model_check(type(writes) is frozenset and "model" not in writes)
+        if self.checks_all:
+            self._moved = self._signed()
+        elif type(writes) is frozenset and "model" not in writes:
+            self._moved, self._trusted = None, True
+        else:
+            self._moved = self._seeing_writes() if self.hooks.depth else self._signed()
 
-    def _model_check(self, trusted: bool) -> Any:
-        """How the call about to run is compared on the model: None if ``trusted``, else its
-        writes seen under the hooks, else the model's signature around it (then a call after a
-        trusted one is not blamed for what that one did: the signature is measured afresh)."""
-        if trusted:
-            self._trusted = True
-            return None
-        if self.hooks.depth:
-            return self._seeing_writes()
+    def _signed(self) -> Any:
+        """Compare the call on the model's signature: measured afresh after a trusted call (the
+        next call is not blamed for what a trusted one did) or a hook."""
         model = self._model
         if self._trusted or model is None or model.fired != self.hooks.fired:
             self._model, self._trusted = self._signature(), False
@@ -296,13 +301,13 @@ class FieldWatcher:
         walk, registered = self._walk, self.hooks.registered
         if walk is None or walk.model is not self.state.model or walk.registered != registered:
             self._walk = walk = _walk(self.state.model, registered)
-        self._writes_seen.of(walk).__enter__()
+        _push_mode(self._writes_seen.of(walk))
         return self._model_written
 
     def _model_written(self) -> bool:
         """Whether the call just run wrote a parameter, or registered a module or parameter that
         changed the model's structure; leaves the :class:`ModelWrites`."""
-        self._writes_seen.__exit__(None, None, None)
+        _pop_mode()
         wrote, walk = self._writes_seen.wrote(), self._walk
         if walk.registered == self.hooks.registered:
             return wrote
@@ -350,11 +355,7 @@ class CheckedWatcher(FieldWatcher):
     field its declaration leaves out (where the cheap watcher would not see it). A debug mode:
     every call then reads every parameter."""
 
-    def _model_check(self, trusted: bool) -> Any:
-        model = self._model
-        if model is None or model.fired != self.hooks.fired:
-            self._model = self._signature()
-        return self._model_moved
+    checks_all = True
 
     def before(self, obj: Any) -> None:
         super().before(obj)

@@ -406,3 +406,47 @@ def test_a_function_or_class_argument_is_kept_by_qualified_name_never_its_addres
         "module": "composer_lab.core.algorithm.Algorithm"}}
     assert hyperparameters(algorithm) == {"rate": 0.5, "event": Event.AFTER_LOSS}  # what the panels edit
     assert " at 0x" not in repr(algorithm) and f"attention={__name__}.scaled_attention" in repr(algorithm)
+
+
+IN_PLACE_EDITS = {
+    "append": lambda lst, new: lst.append(new), "extend": lambda lst, new: lst.extend([new]),
+    "insert": lambda lst, new: lst.insert(0, new), "+=": lambda lst, new: lst.__iadd__([new]),
+    "item set": lambda lst, new: lst.__setitem__(0, new), "slice set": lambda lst, new: lst.__setitem__(
+        slice(None), [new]), "*=": lambda lst, new: (lst.clear(), lst.append(new), lst.__imul__(2)),
+    "pop, append": lambda lst, new: (lst.pop(), lst.append(new)),
+    "remove, append": lambda lst, new: (lst.remove(lst[0]), lst.append(new)),
+    "del, append": lambda lst, new: (lst.__delitem__(0), lst.append(new)),
+    "clear, append": lambda lst, new: (lst.clear(), lst.append(new)),
+    "reverse": lambda lst, new: (lst.append(new), lst.reverse()),
+    "sort": lambda lst, new: (lst.append(new), lst.sort(key=lambda a: a.name != "new")),
+}
+
+
+@pytest.mark.parametrize("kind", ["algorithms", "callbacks"])
+@pytest.mark.parametrize("edit", IN_PLACE_EDITS)
+def test_an_in_place_edit_of_the_lists_holds_from_the_next_event(state, edit, kind):
+    """The engine works each event's listeners out again only when the list changed: every way
+    of editing ``state.algorithms`` or ``state.callbacks`` in place counts."""
+    log = []
+    make = (lambda name: Recorder(name, [Event.BATCH_END], log)) if kind == "algorithms" else (
+        lambda name: type("Logged", (Callback,), {"name": name, "batch_end": lambda self, s, l: log.append(
+            self.name)})())
+    setattr(state, kind, [make("old")])
+    engine = Engine(state)
+    engine.run_event(Event.BATCH_END)
+    IN_PLACE_EDITS[edit](getattr(state, kind), make("new"))
+    engine.run_event(Event.BATCH_END)
+    ran_second = log[1:]
+    assert "new" in ran_second and ran_second.count("new") == sum(o.name == "new" for o in getattr(state, kind))
+
+
+@pytest.mark.parametrize("method, args", [
+    ("append", (4,)), ("extend", ([4],)), ("insert", (0, 4)), ("remove", (1,)), ("pop", ()), ("clear", ()),
+    ("sort", ()), ("reverse", ()), ("__setitem__", (0, 4)), ("__delitem__", (0,)), ("__iadd__", ([4],)),
+    ("__imul__", (2,))])
+def test_every_in_place_edit_of_a_state_list_is_counted(method, args):
+    from composer_lab.core.state import EditCountingList
+
+    items = EditCountingList([3, 1, 2])
+    getattr(items, method)(*args)
+    assert items.edits == 1 and isinstance(items, list)
