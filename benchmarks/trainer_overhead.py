@@ -1,18 +1,18 @@
-"""Overhead of Trainer.fit over a plain PyTorch loop.
+"""Overhead of Trainer.fit over a plain PyTorch loop, with the trace 'all' and with it off.
 
 The same MLP (784-256-10), data (pre-batched, 64 per batch), optimizer (SGD, momentum 0.9) and
-600 steps on one torch thread: once as a plain loop, once as ``Trainer.fit`` with 10 algorithms
-that each match one event of the step and the full trace ('all'). Runs are interleaved in one
-process, in pairs (a plain loop and a fit, the order alternating from pair to pair, so a slow
-stretch of the machine weighs on both alike). The ratio is the minimum of the fits over the
-minimum of the plain loops; the median of the pairs' own ratios is printed beside it, as a check
-on noise.
+600 steps on one torch thread: as a plain loop, and as ``Trainer.fit`` with 10 algorithms that
+each match one event of the step (no ``writes`` declared: each call is watched for changes),
+once with the full trace ('all') and once with it off. Runs are interleaved in one process, in
+rounds of three whose order rotates from round to round, so a slow stretch of the machine weighs
+on all alike. The ratio is the minimum of the fits over the minimum of the plain loops; the
+median of the rounds' own ratios is printed beside it, as a check on noise.
 
 Whole-run times move by several percent on a shared machine, more than the overhead measured, so
-the step times are compared too: the plain loop stamps each step, the fit's trace has its own
-(each step starts at BEFORE_DATALOADER), and the 10th percentile of several thousand steps is
-far steadier than a minimum of seven runs. The trace also tells how much of a step is spent
-inside the engine's events (running, timing and recording the algorithms). Writes
+the step times are compared too: the plain loop stamps each step, and so does the fit's data (a
+clock read as each batch is taken), and the 10th percentile of several thousand steps is far
+steadier than a minimum of seven runs. The trace also tells how much of a step is spent inside
+the engine's events (running, timing and recording the algorithms). Writes
 benchmarks/results/trainer_overhead.json.
 
     python benchmarks/trainer_overhead.py [--repeats 7] [--steps 600]
@@ -27,6 +27,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -76,27 +77,47 @@ def plain_loop(batches: list) -> tuple[float, list]:
     return stamps[-1] - stamps[0], [b - a for a, b in zip(stamps, stamps[1:])]
 
 
-def make_trainer(batches: list) -> Trainer:
+class Stamped:
+    """The batches, each stamped with the clock as the trainer takes it (as the plain loop stamps its steps)."""
+
+    def __init__(self, batches: list) -> None:
+        self.batches, self.stamps = batches, []
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __iter__(self):
+        stamp = self.stamps.append
+        for batch in self.batches:
+            stamp(time.perf_counter())
+            yield batch
+
+
+def make_trainer(batches: Any, trace: str = "all") -> Trainer:
     model = make_model(0)
     return Trainer(model, batches, f"{len(batches)}ba", loss_fn=nn.functional.cross_entropy,
                    optimizers=make_optimizer(model), algorithms=[Touch(e) for e in STEP_EVENTS],
-                   device="cpu", trace="all", progress_bar=False)
+                   device="cpu", trace=trace, progress_bar=False)
 
 
-def trainer_fit(batches: list) -> tuple[float, list, list]:
-    """The run's time, each step's time and each step's time inside the engine's events (both
-    from the trace: a step runs from one BEFORE_DATALOADER to the next)."""
-    trainer = make_trainer(batches)
+def trainer_fit(batches: list, trace: str = "all") -> tuple[float, list, list]:
+    """The run's time, each step's time (from one batch taken to the next) and, with the trace
+    on, each step's time inside the engine's events (a step's events run from one
+    BEFORE_DATALOADER to the next)."""
+    data = Stamped(batches)
+    trainer = make_trainer(data, trace)
     start = time.perf_counter()
     trainer.fit()
     elapsed = time.perf_counter() - start
+    steps = [b - a for a, b in zip(data.stamps, data.stamps[1:])]
+    if trace == "off":
+        return elapsed, steps, []
     calls = trainer.trace.invocations
     assert calls["matched"].sum() == 10 * len(batches), "every algorithm must run once per step"
     events = trainer.trace.events
     step = (events["event"] == "before_dataloader").cumsum()
-    starts = events["t_start"][events["event"] == "before_dataloader"].tolist()
     in_events = events.groupby(step)["duration"].sum().tolist()[1:-1]  # (before the first step: fit_start...)
-    return elapsed, [b - a for a, b in zip(starts, starts[1:])], in_events
+    return elapsed, steps, in_events
 
 
 def p10(values: list) -> float:
@@ -139,46 +160,59 @@ def main() -> None:
     x = torch.randn(args.steps * 64, 784, generator=gen)
     y = torch.randint(0, 10, (args.steps * 64,), generator=gen)
     batches = list(zip(x.split(64), y.split(64)))
-    plain_loop(batches[:50]), trainer_fit(batches[:50])  # warm up both paths
-    plain, fit, plain_steps, fit_steps, in_events = [], [], [], [], []
-
-    def run_plain() -> None:
-        elapsed, steps = plain_loop(batches)
-        plain.append(elapsed), plain_steps.extend(steps)
-
-    def run_fit() -> None:
-        elapsed, steps, inside = trainer_fit(batches)
-        fit.append(elapsed), fit_steps.extend(steps), in_events.extend(inside)
-
+    plain_loop(batches[:50]), trainer_fit(batches[:50]), trainer_fit(batches[:50], "off")  # warm up every path
+    runs = {"plain": lambda: plain_loop(batches) + ([],), "all": lambda: trainer_fit(batches, "all"),
+            "off": lambda: trainer_fit(batches, "off")}
+    times, steps, in_events = ({name: [] for name in runs} for _ in range(3))
     for i in range(args.repeats):
-        for run in (run_plain, run_fit) if i % 2 == 0 else (run_fit, run_plain):
-            run()
-    ratio = min(fit) / min(plain)
-    step_ratio = p10(fit_steps) / p10(plain_steps)
+        order = list(runs)[i % 3:] + list(runs)[:i % 3]
+        for name in order:
+            elapsed, step_times, inside = runs[name]()
+            times[name].append(elapsed), steps[name].extend(step_times), in_events[name].extend(inside)
     counted = (batches * (100 // len(batches) + 1))[:100]
-    plain_ops = bytecodes_per_step(plain_loop, counted)
-    fit_ops = bytecodes_per_step(lambda steps: make_trainer(steps).fit(), counted)
-    pair_ratios = [f / p for f, p in zip(fit, plain)]
+    bytecodes = {"plain": bytecodes_per_step(plain_loop, counted),
+                 **{trace: bytecodes_per_step(lambda b, t=trace: make_trainer(b, t).fit(), counted)
+                    for trace in ("all", "off")}}
+    plain_p10 = p10(steps["plain"])
     result = {"benchmark": "trainer_overhead", "steps": args.steps, "repeats": args.repeats,
-              "plain_s": plain, "trainer_s": fit, "plain_min_s": min(plain), "trainer_min_s": min(fit),
-              "ratio": ratio, "median_pair_ratio": statistics.median(pair_ratios),
-              "per_step_overhead_us": (min(fit) - min(plain)) / args.steps * 1e6,
-              "plain_step_p10_us": p10(plain_steps) * 1e6, "trainer_step_p10_us": p10(fit_steps) * 1e6,
-              "step_p10_ratio": step_ratio, "in_events_p10_us": p10(in_events) * 1e6,
-              "plain_bytecodes_per_step": plain_ops, "trainer_bytecodes_per_step": fit_ops,
-              "torch": torch.__version__, "python": platform.python_version(), "machine": platform.machine()}
+              "plain_s": times["plain"], "plain_min_s": min(times["plain"]), "plain_step_p10_us": plain_p10 * 1e6,
+              "plain_bytecodes_per_step": bytecodes["plain"]}
+    for trace in ("all", "off"):
+        result[f"trace_{trace}"] = {
+            "trainer_s": times[trace], "trainer_min_s": min(times[trace]),
+            "ratio": min(times[trace]) / min(times["plain"]),
+            "median_round_ratio": statistics.median(f / p for f, p in zip(times[trace], times["plain"])),
+            "per_step_overhead_us": (min(times[trace]) - min(times["plain"])) / args.steps * 1e6,
+            "trainer_step_p10_us": p10(steps[trace]) * 1e6, "step_p10_ratio": p10(steps[trace]) / plain_p10,
+            "in_events_p10_us": p10(in_events[trace]) * 1e6 if in_events[trace] else None,
+            "trainer_bytecodes_per_step": bytecodes[trace]}
+    result.update(torch=torch.__version__, python=platform.python_version(), machine=platform.machine(),
+                  processor=processor())
     out = Path(__file__).parent / "results" / "trainer_overhead.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
-    print(f"plain loop   {min(plain) * 1e3:8.1f} ms  (min of {args.repeats}: {[round(t * 1e3, 1) for t in plain]})")
-    print(f"Trainer.fit  {min(fit) * 1e3:8.1f} ms  (min of {args.repeats}: {[round(t * 1e3, 1) for t in fit]})")
-    print(f"ratio {ratio:.3f}x  ({result['per_step_overhead_us']:.1f} us per step; median of the pairs' ratios "
-          f"{result['median_pair_ratio']:.3f}x); saved to {out}")
-    print(f"per step (10th percentile of {len(plain_steps)} steps each): plain loop {p10(plain_steps) * 1e6:.1f} us, "
-          f"Trainer.fit {p10(fit_steps) * 1e6:.1f} us: {step_ratio:.3f}x; inside the engine's events "
-          f"{p10(in_events) * 1e6:.1f} us of the step")
-    print(f"Python bytecodes per step (noise-free): plain loop {plain_ops:.0f}, "
-          f"Trainer.fit {fit_ops:.0f} (+{fit_ops - plain_ops:.0f})")
+    print(f"{result['processor']}; torch {torch.__version__}, one thread; {args.steps} steps x {args.repeats}")
+    print(f"plain loop   {min(times['plain']) * 1e3:8.1f} ms  (min of {args.repeats}), step p10 {plain_p10 * 1e6:.1f} us,"
+          f" {bytecodes['plain']:.0f} bytecodes per step")
+    for trace in ("all", "off"):
+        r = result[f"trace_{trace}"]
+        inside = f"; inside the engine's events {r['in_events_p10_us']:.1f} us" if r["in_events_p10_us"] else ""
+        print(f"trace {trace:3}    {r['trainer_min_s'] * 1e3:8.1f} ms: {r['ratio']:.3f}x by minima "
+              f"({r['per_step_overhead_us']:.1f} us per step; rounds' median {r['median_round_ratio']:.3f}x), "
+              f"step p10 {r['trainer_step_p10_us']:.1f} us: {r['step_p10_ratio']:.3f}x{inside}; "
+              f"{r['trainer_bytecodes_per_step']:.0f} bytecodes per step (+{r['trainer_bytecodes_per_step'] - bytecodes['plain']:.0f})")
+    print(f"saved to {out}")
+
+
+def processor() -> str:
+    """The CPU's model name (Linux), else the platform's word for it."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 if __name__ == "__main__":

@@ -256,9 +256,13 @@ def absent(keys: Sequence[Any], asked: Sequence[Optional[tuple]], present_keys: 
     with no ``(key, label)`` among ``present_keys`` / ``present_labels``, space-separated (None:
     none absent): a compact column that :func:`explode` turns back into rows. Each distinct
     question is answered once."""
+    asking = {key for key, labels in zip(keys, asked) if labels is not None}
+    if not asking:  # (the usual chunk: every algorithm asked said yes)
+        return [None] * len(keys)
     found: dict[Any, tuple] = {}
     for key, label in zip(present_keys, present_labels):
-        found[key] = found.get(key, ()) + (label,)
+        if key in asking:
+            found[key] = found.get(key, ()) + (label,)
     answer = functools.cache(lambda labels, there: " ".join(n for n in labels if n not in there) or None)
     return [None if labels is None else answer(labels, found.get(key, ())) for key, labels in zip(keys, asked)]
 

@@ -212,7 +212,10 @@ class Engine:
         """Install, for the duration, what change detection needs (the engine's :class:`ModelHooks`:
         PyTorch's process-wide module, parameter and optimizer-step hooks) and remove it after. The
         trainer enters it around fit, eval and predict; events run outside it are traced all the
-        same, more slowly."""
+        same, more slowly. With the trace off nothing is installed: nothing is compared."""
+        if not self.trace.recording:
+            yield self
+            return
         with self.model_hooks.installed():
             yield self
 
@@ -259,7 +262,10 @@ class Engine:
         as Composer allows, whose calls have a watcher of their own)."""
         state, logger, trace = self.state, self.logger, self.trace
         if not trace.recording:
-            return [getattr(obj, method)(event, state, logger) for obj in objs]
+            codes = []
+            for obj in objs:  # (a loop, not a comprehension: no frame of its own)
+                codes.append(getattr(obj, method)(event, state, logger))
+            return codes
         watcher = self._watcher or self._new_watcher()  # (None: an event fired from a call, which has its own)
         self._watcher, codes, value, batch = None, [], event._value_, state.timestamp.batch
         watcher.watch(event)

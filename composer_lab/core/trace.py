@@ -223,10 +223,10 @@ class Trace:
         ``chunk_rows`` events. The calls of an event still running (one whose call fired the nested
         event that filled the chunk) stay for the next chunk, which gets that event's row: a chunk
         holds whole events, so each one's non-matches are worked out from all of its calls."""
-        done = set(map(itemgetter(0), self.event_rows))
-        calls, running = [], []
-        for row in self.invocation_rows:
-            (calls if row[0] in done else running).append(row)
+        done, calls, running = set(map(itemgetter(0), self.event_rows)), self.invocation_rows[:], []
+        if not done.issuperset(map(itemgetter(0), calls)):  # (rare: an event whose call fired this one)
+            running = [row for row in calls if row[0] not in done]
+            calls = [row for row in calls if row[0] in done]
         chunk = _stored(self.event_rows, calls, self._t0)  # (not cached: memory)
         with self._spilling:  # a reader sees the rows either in memory or in the chunk, never both or neither
             self._store.write(chunk)

@@ -146,6 +146,8 @@ def _data_signature(value: Any, tensors: list) -> Any:
 
 def _learning_rates(optimizers: Any) -> list:
     """The learning rate of every parameter group of ``optimizers``, in order."""
+    if len(optimizers) == 1:  # (the usual run: one map, no loop)
+        return list(map(_lr, optimizers[0].param_groups))
     lrs: list = []
     for optimizer in optimizers:  # (a loop and a map, not a comprehension: no Python call, no bytecode per group)
         lrs += map(_lr, optimizer.param_groups)
