@@ -28,7 +28,8 @@ import torch
 from torch import nn
 
 from composer_lab import Trainer
-from trainer_overhead import STEP_EVENTS, Stamped, Touch, make_model, make_optimizer, p10, plain_loop, processor
+from trainer_overhead import (STEP_EVENTS, Stamped, Touch, make_batches, make_model, make_optimizer, p10,
+                              plain_loop, processor)
 
 
 class DeclaredTouch(Touch):
@@ -55,9 +56,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=600)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    gen = torch.Generator().manual_seed(0)
-    batches = list(zip(torch.randn(args.steps * 64, 784, generator=gen).split(64),
-                       torch.randint(0, 10, (args.steps * 64,), generator=gen).split(64)))
+    batches = make_batches(args.steps)
     runs = {"plain loop": lambda: plain_loop(batches)[1],
             **{name: (lambda c=config: fit_steps(batches, *c)) for name, config in CONFIGURATIONS.items()}}
     for run in runs.values():
@@ -73,6 +72,7 @@ def main() -> None:
               "parts_us": parts, "torch": torch.__version__, "python": platform.python_version(),
               "processor": processor()}
     out = Path(__file__).parent / "results" / "step_profile.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     print(f"{result['processor']}; torch {torch.__version__}, one thread; step p10 over {args.repeats} x {args.steps} steps")
     print(f"{'plain loop':22} {p10s['plain loop']:7.1f} us")

@@ -53,6 +53,13 @@ class Touch(Algorithm):
         return None
 
 
+def make_batches(steps: int) -> list:
+    """``steps`` batches of 64 random 784-feature inputs and their labels among 10 classes, the same each run."""
+    gen = torch.Generator().manual_seed(0)
+    x, y = torch.randn(steps * 64, 784, generator=gen), torch.randint(0, 10, (steps * 64,), generator=gen)
+    return list(zip(x.split(64), y.split(64)))
+
+
 def make_model(seed: int) -> nn.Module:
     torch.manual_seed(seed)
     return nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
@@ -156,10 +163,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=600)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(args.steps * 64, 784, generator=gen)
-    y = torch.randint(0, 10, (args.steps * 64,), generator=gen)
-    batches = list(zip(x.split(64), y.split(64)))
+    batches = make_batches(args.steps)
     plain_loop(batches[:50]), trainer_fit(batches[:50]), trainer_fit(batches[:50], "off")  # warm up every path
     runs = {"plain": lambda: plain_loop(batches) + ([],), "all": lambda: trainer_fit(batches, "all"),
             "off": lambda: trainer_fit(batches, "off")}
