@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import operator
 import threading
+from itertools import compress, count, repeat
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 import numpy as np
@@ -43,13 +45,23 @@ class Logger:
     def log_metrics(self, metrics: Mapping[str, Any], phase: Optional[str] = None) -> None:
         """Record each ``name: value`` at the current batch and epoch."""
         batch, epoch = (ts.batch, ts.epoch) if (ts := getattr(self.state, "timestamp", None)) is not None else (0, 0)
+        phase, append = phase or self.phase, self._rows.append
         for name, value in metrics.items():
             if isinstance(value, torch.Tensor):
                 value = value.detach() if value.requires_grad else value  # (no graph: detach would add an object)
                 if value.numel() != 1:
                     raise ValueError(f"metric {name!r} has {value.numel()} values; log one scalar per name "
                                      f"(e.g. value.mean())")
-            self._rows.append((batch, epoch, phase or self.phase, name, value))
+            append((batch, epoch, phase, name, value))
+
+    def log_train_step(self, loss: Any, lr: Any) -> None:
+        """The trainer's rows of every batch, as ``log_metrics({'loss/train': loss, 'lr': lr}, phase='fit')``
+        records them, without its loop and checks: ``loss`` is a float or a detached one-value tensor
+        (its backward ran), ``lr`` a number (a tensor goes through :meth:`log_metrics`)."""
+        if isinstance(lr, torch.Tensor):
+            return self.log_metrics({"loss/train": loss, "lr": lr}, phase="fit")
+        ts = self.state.timestamp
+        self._rows.extend(((ts.batch, ts.epoch, "fit", "loss/train", loss), (ts.batch, ts.epoch, "fit", "lr", lr)))
 
     def load_metrics(self, rows: list[tuple]) -> None:
         """Start again from ``rows`` ``(batch, epoch, phase, name, value)`` (a resumed checkpoint's
@@ -77,8 +89,11 @@ class Logger:
             self.latest.update(zip(new.get("name", ()), new.get("value", ())))
             for column, values in new.items():  # (phase and name as category codes, in the order first seen)
                 codes = self._codes.get(column)
-                self._columns[column][start:end] = values if codes is None else [
-                    codes.setdefault(category, len(codes)) for category in values]
+                if codes is not None:
+                    for category in dict.fromkeys(values):  # (each category once; the rows' codes in a C loop)
+                        codes.setdefault(category, len(codes))
+                    values = list(map(codes.__getitem__, values))
+                self._columns[column][start:end] = values
             self._size, self._frame = end, self._frame if start == end else None
 
     @property
@@ -93,11 +108,17 @@ class Logger:
             return self._frame
 
 
+_DEVICE, _DTYPE = operator.attrgetter("device"), operator.attrgetter("dtype")
+
+
 def _to_host_floats(values: list) -> None:
     """Replace the tensors among ``values`` by floats, copied to the host in one transfer per device."""
-    for device in {v.device for v in values if isinstance(v, torch.Tensor)}:
-        on_device = [i for i, v in enumerate(values) if isinstance(v, torch.Tensor) and v.device == device]
-        for i, f in zip(on_device, stack_scalars([values[i] for i in on_device]).tolist()):
+    # (C loops, not comprehensions: they run over every row logged, a loss tensor per batch among them)
+    at = list(compress(count(), map(isinstance, values, repeat(torch.Tensor))))
+    devices = list(map(_DEVICE, map(values.__getitem__, at)))
+    for device in set(devices):
+        on_device = list(compress(at, map(device.__eq__, devices)))
+        for i, f in zip(on_device, stack_scalars(list(map(values.__getitem__, on_device))).tolist()):
             values[i] = f
 
 
@@ -105,7 +126,7 @@ def stack_scalars(tensors: list) -> torch.Tensor:
     """One-value ``tensors`` of one device as one 1-d float tensor: a single stack when they share a
     dtype and a shape (the usual case: each batch's loss), else each one reshaped and cast first (a
     stack of mixed dtypes would promote them together: an int64 with a float16 to float16)."""
-    if len({t.dtype for t in tensors}) == 1:
+    if len(set(map(_DTYPE, tensors))) == 1:  # (a C loop: a loss tensor per batch)
         try:
             return torch.stack(tensors).reshape(len(tensors)).float()
         except RuntimeError:  # (shapes differ, e.g. () and (1,))

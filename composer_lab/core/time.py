@@ -230,20 +230,22 @@ class Timestamp:
                              "of the run done, call State.get_elapsed_duration()")
         return getattr(self, field)
 
-    # Built directly rather than with dataclasses.replace: these run every batch.
     def to_next_batch(self, samples: Union[int, Time] = 0,
                       duration: Optional[datetime.timedelta] = None) -> "Timestamp":
         """The timestamp after one more batch of ``samples`` examples that took ``duration`` (as in
         Composer, ``batch_wct`` becomes ``duration``, zero if not given)."""
         samples, duration = int(samples), _NO_TIME if duration is None else duration
-        return Timestamp(self.epoch, self.batch + 1, self.sample + samples, self.batch_in_epoch + 1,
-                         self.sample_in_epoch + samples, self.total_wct + duration, self.epoch_wct + duration,
-                         duration)
+        return _timestamp({"epoch": self.epoch, "batch": self.batch + 1, "sample": self.sample + samples,
+                           "batch_in_epoch": self.batch_in_epoch + 1, "sample_in_epoch": self.sample_in_epoch + samples,
+                           "total_wct": self.total_wct + duration, "epoch_wct": self.epoch_wct + duration,
+                           "batch_wct": duration})
 
     def to_next_epoch(self, duration: Optional[datetime.timedelta] = None) -> "Timestamp":
         """The timestamp at the start of the next epoch (in-epoch counts and clock back to 0)."""
         total = self.total_wct if duration is None else self.total_wct + duration
-        return Timestamp(self.epoch + 1, self.batch, self.sample, 0, 0, total, _NO_TIME, self.batch_wct)
+        return _timestamp({"epoch": self.epoch + 1, "batch": self.batch, "sample": self.sample, "batch_in_epoch": 0,
+                           "sample_in_epoch": 0, "total_wct": total, "epoch_wct": _NO_TIME,
+                           "batch_wct": self.batch_wct})
 
     def state_dict(self) -> dict:
         """The fields as plain numbers (clock times in seconds), for a checkpoint."""
@@ -252,6 +254,15 @@ class Timestamp:
     @classmethod
     def from_state_dict(cls, state: dict) -> "Timestamp":
         return cls(**{k: datetime.timedelta(seconds=v) if k.endswith("_wct") else v for k, v in state.items()})
+
+
+def _timestamp(fields: dict) -> Timestamp:
+    """The Timestamp of ``fields`` (all of them, in the dataclass's order), given its ``__dict__`` at once:
+    ``to_next_*`` run every batch, and the generated ``__init__`` of a frozen dataclass costs an
+    ``object.__setattr__`` per field (equality, repr, pickling and ``dataclasses.replace`` are the same)."""
+    timestamp = object.__new__(Timestamp)
+    object.__setattr__(timestamp, "__dict__", fields)
+    return timestamp
 
 
 _FIELD_OF_UNIT = {TimeUnit.EPOCH: "epoch", TimeUnit.BATCH: "batch", TimeUnit.SAMPLE: "sample"}

@@ -360,5 +360,8 @@ class SilentLogger(Logger):
     def log_metrics(self, metrics: Mapping[str, Any], phase: Optional[str] = None) -> None:
         """Drop ``metrics``."""
 
+    def log_train_step(self, loss: Any, lr: Any) -> None:
+        """Drop the step's loss and learning rate."""
+
     def load_metrics(self, frame: pd.DataFrame) -> None:
         """Drop ``frame``."""

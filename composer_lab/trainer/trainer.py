@@ -16,7 +16,7 @@ from composer_lab.core.checks import check_positive_int
 from composer_lab.core.engine import Engine
 from composer_lab.core.event import Event
 from composer_lab.core.logger import Logger
-from composer_lab.core.state import State
+from composer_lab.core.state import EditCountingList, State
 from composer_lab.core.time import Time, TimeUnit
 from composer_lab.core.trace import Trace
 from composer_lab.trainer import distributed
@@ -43,6 +43,8 @@ DEFAULT_LR = 0.05
 """Learning rate of the default optimizer, SGD with momentum 0.9."""
 THROUGHPUT_EVERY = 50
 """'throughput/samples_per_sec' is logged every this many batches (host timings) and at epoch ends."""
+
+_NO_GRAPH = Algorithm.backwards_create_graph  # (the base class's property: False)
 
 
 class Trainer:
@@ -137,6 +139,8 @@ class Trainer:
         self.feed = BatchFeed(self.state)
         self._epoch_started = False  # EPOCH_START has fired for the epoch in progress
         self._batch_seq = 0  # the trace's seq when the batch in flight was taken
+        self._graph_askers: list[Algorithm] = []  # the algorithms that may ask for a backward graph
+        self._askers_generation = -1  # EditCountingList.generation when they were worked out
         self._guard = InterruptGuard()
         self._loop_lock = LoopLock()
         self._boundary_lock = threading.RLock()  # (a change may make another: it runs at once then)
@@ -279,7 +283,7 @@ class Trainer:
             batch = self.feed.next()
             if batch is None:
                 break
-            self._batch_seq = self.trace.seq
+            self._batch_seq = self.engine.trace.seq
             state.batch = move_to_device(batch, state.device)
             run(Event.AFTER_DATALOADER)
             samples = batch_size(state.batch)
@@ -288,14 +292,18 @@ class Trainer:
             run(Event.BATCH_END)
             if self._between_batches:
                 self.apply_changes()
-            self._flush(only_when_due=True)
-            if self.eval_dataloader is not None and self.eval_interval.due_after_batch(state.timestamp):
+            done, saver = state.timestamp, self.checkpoint_saver
+            if done.batch % self.flush_interval == 0 or (saver is not None and saver.interval.due_after_batch(done)):
+                self._flush()  # every flush_interval batches, and before a checkpoint
+            if self.eval_dataloader is not None and self.eval_interval.due_after_batch(done):
                 self._evaluate(self.eval_dataloader)
             run(Event.BATCH_CHECKPOINT)
-            epoch_done = per_epoch is not None and state.timestamp.batch_in_epoch >= per_epoch
-            by_epoch = state.max_duration.unit is TimeUnit.EPOCH  # (read each batch: stop_training changes it)
-            if not by_epoch and not epoch_done and reached_max_duration(state):
-                return  # stop mid-epoch; the next fit continues this epoch
+            # Stop mid-epoch (the next fit continues this epoch) unless the run is counted in epochs
+            # (max_duration read each batch: stop_training changes it) or this epoch's data is done.
+            if (state.max_duration.unit is not TimeUnit.EPOCH
+                    and (per_epoch is None or state.timestamp.batch_in_epoch < per_epoch)
+                    and reached_max_duration(state)):
+                return
         self.feed.close_epoch()
         self._epoch_started = False
         if state.timestamp.batch_in_epoch == 0:
@@ -317,7 +325,7 @@ class Trainer:
             optimizer.zero_grad(set_to_none=True)
         full_batch, size = state.batch, self.microbatch_size
         microbatches = [full_batch] if size is None or size >= samples else split_batch(full_batch, size)
-        create_graph = any([a.backwards_create_graph for a in state.algorithms])  # (a list: no generator frame)
+        create_graph = self._create_graph()
         if len(microbatches) == 1:
             total_loss = self._train_microbatch(0, full_batch, 1.0, True, create_graph)
         else:
@@ -331,12 +339,24 @@ class Trainer:
         if self.ddp.enabled:  # (one process: no collectives, nor asking torch.distributed for them)
             total_loss = distributed.mean_over_ranks(total_loss.detach(), samples)  # every rank agrees
             samples = distributed.sum_over_ranks(samples)
-        logged = self.nonfinite.watch(total_loss.detach(), self.trace, state.timestamp, self._batch_seq)
+        logged = self.nonfinite.watch(total_loss.detach(), self.engine.trace, state.timestamp, self._batch_seq)
         if self.scaler is not None:
             for optimizer in state.optimizers:
                 self.scaler.unscale_(optimizer)
         run(Event.AFTER_TRAIN_BATCH)
         self._apply_step(samples, logged)
+
+    def _create_graph(self) -> bool:
+        """Whether this batch's backward builds a graph (an algorithm's ``backwards_create_graph``).
+        Only an algorithm whose class overrides :attr:`Algorithm.backwards_create_graph` can say so:
+        those are worked out again when :attr:`EditCountingList.generation` moved (the list assigned
+        or edited), and asked every batch (a property may change its answer)."""
+        if self._askers_generation != EditCountingList.generation:
+            generation = EditCountingList.generation  # (read first: an edit meanwhile moves it again)
+            self._graph_askers = [a for a in self.state.algorithms
+                                  if getattr(type(a), "backwards_create_graph", None) is not _NO_GRAPH]
+            self._askers_generation = generation
+        return any([a.backwards_create_graph for a in self._graph_askers]) if self._graph_askers else False
 
     def _train_microbatch(self, index: int, microbatch: Any, share: float, last: bool,
                           create_graph: bool) -> torch.Tensor:
@@ -374,8 +394,7 @@ class Trainer:
                 scaler.update()
             for scheduler in state.schedulers:
                 scheduler.step()
-            self.logger.log_metrics({"loss/train": loss, "lr": state.optimizers[0].param_groups[0]["lr"]},
-                                    phase="fit")
+            self.logger.log_train_step(loss, state.optimizers[0].param_groups[0]["lr"])
             if (state.timestamp.batch + 1) % THROUGHPUT_EVERY == 0:
                 self.throughput.log(self.logger, state.timestamp.sample + samples)
             state.timestamp = state.timestamp.to_next_batch(samples)
@@ -383,14 +402,10 @@ class Trainer:
         finally:
             guard.release()
 
-    def _flush(self, only_when_due: bool = False) -> None:
-        """Read the device on the host: the non-finite check, the logged tensors copied out in bulk;
-        ``only_when_due``: only every ``flush_interval`` batches and before a checkpoint."""
-        done, saver = self.state.timestamp, self.checkpoint_saver
-        due = done.batch % self.flush_interval == 0 or (saver is not None and saver.interval.due_after_batch(done))
-        if due or not only_when_due:
-            self.nonfinite.check(self.trace, done)
-            self.logger.flush()
+    def _flush(self) -> None:
+        """Read the device on the host: the non-finite check, the logged tensors copied out in bulk."""
+        self.nonfinite.check(self.engine.trace, self.state.timestamp)
+        self.logger.flush()
 
     def _after_failure(self, err: BaseException) -> None:
         """Leave the trainer consistent after ``err`` ended a fit: a batch in flight is not

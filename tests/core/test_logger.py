@@ -40,3 +40,22 @@ def test_tensor_values_of_mixed_shapes_and_dtypes_read_as_each_alone():
     for i, value in enumerate([*mixed, *alike]):
         logger.log_metrics({f"m{i}": value})
     assert logger.metrics["value"].tolist()[:4] == [70000.0, 0.5, 1.5, 2.5]
+
+
+def test_the_trainers_step_rows_are_those_of_log_metrics():
+    """log_train_step (the trainer's loss and learning rate, every batch) records what log_metrics would."""
+    import torch
+
+    from composer_lab.core import State, Timestamp
+
+    state = State(torch.nn.Linear(1, 1), "4ba")
+    state.timestamp = Timestamp(epoch=1, batch=3)
+    loggers = Logger(state), Logger(state)
+    for loss, lr in [(torch.tensor(0.5), 0.1), (torch.tensor([float("nan")]), torch.tensor(0.2)), (2.5, 3)]:
+        loggers[0].log_train_step(loss, lr)
+        loggers[1].log_metrics({"loss/train": loss, "lr": lr}, phase="fit")
+    loggers[0].phase = loggers[1].phase = "eval"  # (the trainer's rows are 'fit' whatever the engine's phase)
+    loggers[0].log_train_step(torch.tensor(1.5), 0.25)
+    loggers[1].log_metrics({"loss/train": torch.tensor(1.5), "lr": 0.25}, phase="fit")
+    left, right = loggers[0].metrics, loggers[1].metrics
+    assert left.equals(right) and len(left) == 8 and loggers[0].latest == loggers[1].latest

@@ -1,6 +1,9 @@
 """Durations and timestamps."""
 
+import copy
+import dataclasses
 import datetime
+import pickle
 
 import pytest
 import torch
@@ -126,3 +129,21 @@ def test_timestamp_fields_and_wall_clock():
     assert Timestamp().to_next_batch().batch == 1  # samples default to 0, as in Composer
     saved = ts.state_dict()
     assert saved["total_wct"] == 3.0 and Timestamp.from_state_dict(saved) == ts
+
+
+def test_timestamps_built_by_to_next_are_like_constructed_ones():
+    """to_next_batch / to_next_epoch skip the dataclass __init__: the result must not tell."""
+    second = datetime.timedelta(seconds=1)
+    start = Timestamp(epoch=1, batch=4, sample=40, batch_in_epoch=2, sample_in_epoch=20, total_wct=second,
+                      epoch_wct=second, batch_wct=second)
+    built = [start.to_next_batch(8, duration=second), start.to_next_epoch(second)]
+    made = [Timestamp(1, 5, 48, 3, 28, 2 * second, 2 * second, second), Timestamp(2, 4, 40, 0, 0, 2 * second,
+                                                                                 datetime.timedelta(0), second)]
+    for ts, expected in zip(built, made):
+        assert type(ts) is Timestamp and ts == expected and hash(ts) == hash(expected)
+        assert repr(ts) == repr(expected) and list(vars(ts).items()) == list(vars(expected).items())
+        assert pickle.loads(pickle.dumps(ts)) == ts and copy.deepcopy(ts) == ts
+        assert dataclasses.replace(ts, batch=9) == dataclasses.replace(expected, batch=9)
+        assert dataclasses.astuple(ts) == dataclasses.astuple(expected)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            ts.batch = 0

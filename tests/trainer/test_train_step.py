@@ -141,3 +141,44 @@ def test_amp_fp16_uses_a_grad_scaler():
     trainer.fit()
     assert trainer.scaler.get_scale() > 0
     assert any(not torch.equal(a, b) for a, b in zip(before, trainer.state.model.parameters()))
+
+
+class _SecondOrder(OnEvent):
+    """Asks for a backward graph while ``on``: the answer may change between batches."""
+
+    def __init__(self) -> None:
+        super().__init__(Event.FIT_START)
+        self.on = False
+
+    @property
+    def backwards_create_graph(self) -> bool:
+        return self.on
+
+
+class _AlwaysSecondOrder(OnEvent):
+    backwards_create_graph = True  # (a class attribute, not a property)
+
+
+@pytest.mark.filterwarnings("ignore:Using backward\\(\\) with create_graph=True")
+def test_backward_builds_a_graph_when_an_algorithm_asks_even_one_added_mid_run():
+    """The algorithms that may ask are worked out again when the list changes (assigned or edited),
+    and asked every batch."""
+    second, always = _SecondOrder(), _AlwaysSecondOrder(Event.FIT_START)
+    graphs = []
+
+    def change(state):
+        batch = state.timestamp.batch  # (at BATCH_END the batch is applied: the batches trained so far)
+        if batch == 1:
+            state.algorithms.append(second)  # an edit: asked from the next batch on
+        elif batch == 2:
+            second.on = True  # the same list, a new answer
+        elif batch == 3:
+            second.on = False
+        elif batch == 4:
+            state.algorithms = [*state.algorithms[:2], always]  # a new list
+
+    record = OnEvent(Event.AFTER_BACKWARD, lambda s: graphs.append(next(s.model.parameters()).grad.requires_grad))
+    trainer = make_trainer(train_dataloader=tiny_loader(48, 8), max_duration="6ba",
+                           algorithms=[record, OnEvent(Event.BATCH_END, change)])
+    trainer.fit()
+    assert graphs == [False, False, True, False, True, True]
