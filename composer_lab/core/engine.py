@@ -65,30 +65,13 @@ class Traces(Mapping):
         return repr(self._traces)
 
 
-class Listeners:
-    """The objects of a list (algorithms, callbacks) that listen at each event, and their trace
-    labels, worked out again only when another list is given or the list was edited in place
-    (its ``edits`` count: State keeps both as :class:`~composer_lab.core.state.EditCountingList`).
-    Labels are given in list order ('LabelSmoothing', 'LabelSmoothing#2'), not run order."""
+class Listening(NamedTuple):
+    """Who listens at one event: the ``algorithms`` asked ``match`` there and their trace
+    ``labels`` (in list order: 'LabelSmoothing', 'LabelSmoothing#2'), and the ``callbacks`` run there."""
 
-    def __init__(self, events_of: Callable[[Any], Iterable[Event]], label: Callable[[Any], str]) -> None:
-        self._events_of, self._label, self._seen, self._edits = events_of, label, None, -1
-        self.at: dict[Event, list] = {event: [] for event in Event}
-        self.labels: dict[Event, tuple[str, ...]] = {event: () for event in Event}
-
-    def at_event(self, objects: EditCountingList, event: Event) -> list:
-        """Those of ``objects`` that listen at ``event``."""
-        if objects is not self._seen or objects.edits != self._edits:
-            self._update(objects)
-        return self.at[event]
-
-    def _update(self, objects: EditCountingList) -> None:
-        self._seen, self._edits, labels = objects, objects.edits, {id(obj): self._label(obj) for obj in objects}
-        self.at = {event: [] for event in Event}
-        for obj in objects:
-            for event in self._events_of(obj):
-                self.at[event].append(obj)
-        self.labels = {event: tuple([labels[id(obj)] for obj in at]) for event, at in self.at.items()}
+    algorithms: tuple
+    labels: tuple[str, ...]
+    callbacks: tuple
 
 
 class Engine:
@@ -119,8 +102,9 @@ class Engine:
         self.check_writes = os.environ.get(CHECK_WRITES_VARIABLE, "") == "1" if check_writes is None else check_writes
         self.model_hooks = ModelHooks()
         """The PyTorch hooks change detection reads, installed by :meth:`watching`."""
-        self._algorithms = Listeners(lambda a: [e for e in Event if a.listens(e)], self.trace.label)
-        self._callbacks = Listeners(listened_events, self.trace.label)
+        self._listening: dict[Event, Listening] = {}
+        self._labels: dict[int, str] = {}  # id of each algorithm and callback listed -> its trace label
+        self._generation = -1  # EditCountingList.generation when the two were worked out
         self._watcher: Optional[FieldWatcher] = self._new_watcher()
         self.closed = False
         """Whether :meth:`close` ran: the engine then runs no more events."""
@@ -219,6 +203,20 @@ class Engine:
         with self.model_hooks.installed():
             yield self
 
+    def _listen(self) -> None:
+        """Work out who listens at each event from ``state.algorithms`` and ``state.callbacks``
+        as they are now; done again at the first event after either list was assigned or edited
+        (:attr:`EditCountingList.generation` moved: one number read per event, however long the lists)."""
+        generation = EditCountingList.generation  # (read first: an edit meanwhile moves it again)
+        algorithms, callbacks, label = list(self.state.algorithms), list(self.state.callbacks), self.trace.label
+        self._labels = {id(obj): label(obj) for obj in (*algorithms, *callbacks)}
+        events_of = {id(c): listened_events(c) for c in callbacks}
+        self._listening = {event: Listening(at := tuple([a for a in algorithms if a.listens(event)]),
+                                            tuple([self._labels[id(a)] for a in at]),
+                                            tuple([c for c in callbacks if event in events_of[id(c)]]))
+                           for event in Event}
+        self._generation = generation
+
     # -- running ------------------------------------------------------------------------------
     # The hot path (about 13 events per training step): no allocation or call an event does not need.
     def run_event(self, event: Union[Event, str]) -> Mapping[str, AlgorithmTrace]:
@@ -229,31 +227,30 @@ class Engine:
         if self.closed:
             raise RuntimeError(f"the engine was closed, so it cannot run {event.value}; build a new Trainer "
                                f"(or Engine) to train again")
+        if self._generation != EditCountingList.generation:
+            self._listen()
+        algorithms, labels, callbacks = self._listening[event]
         trace = self.trace
         self.event, self.logger.phase = event, _PHASE[event]
         trace.seq = seq = trace.seq + 1
         asked, traces, t0 = None, {}, _now()
         try:
-            if event is _INIT:
-                self._run_callbacks(event, seq)  # on INIT, callbacks first
-            listening = self._algorithms.at_event(self.state.algorithms, event)
-            matched = self._matching(listening, event) if listening else []
-            if len(matched) < len(listening) and trace.records_unmatched:
-                asked = self._algorithms.labels[event]  # the trace works out who said no when read
-            ordered = self._order(matched, event)
-            if ordered:
-                traces = Traces(trace.label, ordered, self._call_all(ordered, "algorithm", "apply", event, seq), event)
-            if event is not _INIT and self.state.callbacks:
-                self._run_callbacks(event, seq)
+            if callbacks and event is _INIT:
+                self._call_all(callbacks, "callback", "run_event", event, seq)  # on INIT, callbacks first
+            if algorithms or not self._keep_singletons:  # (nobody to ask, and no pass that may add one)
+                matched = self._matching(algorithms, event)
+                if len(matched) < len(algorithms) and trace.records_unmatched:
+                    asked = labels  # the trace works out who said no when read
+                ordered = matched if len(matched) < 2 and self._keep_singletons else self._order(matched, event)
+                if ordered:
+                    traces = Traces(trace.label, ordered, self._call_all(ordered, "algorithm", "apply", event, seq),
+                                    event)
+            if callbacks and event is not _INIT:
+                self._call_all(callbacks, "callback", "run_event", event, seq)
         finally:
             if trace.recording:
                 trace.record_event(seq, event, self.state, t0, asked)
         return traces
-
-    def _run_callbacks(self, event: Event, seq: int) -> None:
-        listening = self._callbacks.at_event(self.state.callbacks, event)
-        if listening:
-            self._call_all(listening, "callback", "run_event", event, seq)
 
     def _call_all(self, objs: Sequence[Any], kind: str, method: str, event: Event, seq: int) -> list:
         """Call ``method`` of each of ``objs`` in order and return what each returned; with the
@@ -267,7 +264,7 @@ class Engine:
                 codes.append(getattr(obj, method)(event, state, logger))
             return codes
         watcher = self._watcher or self._new_watcher()  # (None: an event fired from a call, which has its own)
-        self._watcher, codes, value, batch = None, [], event._value_, state.timestamp.batch
+        self._watcher, codes, value, batch, labels = None, [], event._value_, state.timestamp.batch, self._labels
         watcher.watch(event)
         try:
             for order, obj in enumerate(objs):  # (written flat: it runs for every call)
@@ -279,9 +276,9 @@ class Engine:
                 except BaseException as err:
                     error = f"{type(err).__name__}: {err}"
                     raise
-                finally:  # (the row is written before an error propagates)
-                    trace.add_call((seq, value, batch, trace.label(obj), kind, order, exit_code, _now() - t0,
-                                    watcher.changed(), error))
+                finally:  # (the row is written before an error propagates; a pass may add an unlisted algorithm)
+                    trace.add_call((seq, value, batch, labels.get(id(obj)) or trace.label(obj), kind, order,
+                                    exit_code, _now() - t0, watcher.changed(), error))
                 codes.append(exit_code)
             return codes
         finally:

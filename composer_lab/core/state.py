@@ -87,11 +87,19 @@ def _as_list(value: Any) -> list:
 
 
 class EditCountingList(list):
-    """A list that counts its in-place edits: the engine works out the listeners of each event
-    from ``state.algorithms`` and ``state.callbacks`` again only when another list was assigned
-    or ``edits`` moved, a check that costs the same however long the list."""
+    """A list that counts its in-place edits (``edits``), and moves the process-wide
+    :attr:`generation` at each edit and each new list: the engine works out the listeners of each
+    event from ``state.algorithms`` and ``state.callbacks`` again only when the generation moved
+    (another list assigned, or one edited), a check of one number however long the lists."""
 
     edits = 0
+    generation = 0
+    """Moved after every edit of any such list and every new one (after: a reader that saw the
+    new number sees the edit)."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        EditCountingList.generation += 1
 
 
 def _counting(name: str) -> Callable:
@@ -99,7 +107,10 @@ def _counting(name: str) -> Callable:
 
     def counted(self: EditCountingList, *args: Any, **kwargs: Any) -> Any:
         self.edits += 1
-        return edit(self, *args, **kwargs)
+        try:
+            return edit(self, *args, **kwargs)
+        finally:
+            EditCountingList.generation += 1
 
     counted.__name__ = counted.__qualname__ = name
     return counted

@@ -18,7 +18,8 @@ a field its ``writes`` leaves out.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from operator import attrgetter, methodcaller
+from itertools import repeat
+from operator import attrgetter
 from typing import Any, Iterator, NamedTuple, Optional
 
 import torch
@@ -35,7 +36,7 @@ TRACKED_FIELDS = ("batch", "outputs", "loss", "model", "optimizers")
 
 _Tensor, _Module, _Optimizer = torch.Tensor, torch.nn.Module, torch.optim.Optimizer
 _version, _versions_and_flags = attrgetter("_version"), attrgetter("_version", "requires_grad")
-_lr = methodcaller("get", "lr")
+_get, _LR = dict.get, repeat("lr")  # (a param group is a dict: Optimizer.add_param_group requires it)
 _CHANGING = type("Changing", (), {"_version": property(lambda self: object())})()  # (see _data_signature)
 
 # Events after which code outside the engine may have changed the model in place (a loaded
@@ -89,15 +90,27 @@ class ModelHooks:
 
 
 class Fields(NamedTuple):
-    """The O(1) signature of the State: the five fields' ``objects`` (compared by identity), each
-    field's ``data`` signature (tensor versions for batch, outputs and loss, None for the model,
-    the learning rates for the optimizers), and the ``tensors`` those versions were read from with
-    their ``versions`` end to end: one pass over them tells that none changed."""
+    """The O(1) signature of the State: the five fields' objects (compared by identity), the
+    ``tensors`` of batch, outputs and loss whose ``versions`` tell an in-place change (one pass over
+    them tells that none changed), the optimizers' learning rates ``lrs``, and ``data``: the
+    signatures of batch, outputs and loss one by one, or None in the usual step (an (inputs,
+    targets) batch, tensor outputs and loss: the versions are theirs, two, one and one). Flat, so
+    that a step's many snapshots cost one tuple each."""
 
-    objects: tuple
-    data: tuple
-    tensors: list
+    batch: Any
+    outputs: Any
+    loss: Any
+    model: Any
+    optimizers: Any
+    tensors: tuple
     versions: tuple
+    lrs: list
+    data: Optional[tuple]
+
+    def signatures(self) -> tuple:
+        """Each tracked field's data signature, in the order of ``TRACKED_FIELDS`` (None for the model)."""
+        versions = self.versions
+        return (*(self.data or (versions[:2], versions[2:3], versions[3:])), None, self.lrs)
 
 
 class Walk(NamedTuple):
@@ -121,7 +134,7 @@ class ModelSignature(NamedTuple):
     fired: int
 
 
-_NOTHING = Fields((), (), [], ())
+_NOTHING = Fields(None, None, None, None, None, (), (), [], None)
 _new = tuple.__new__  # (a NamedTuple's own __new__ is Python code; _new(Fields, values) is not)
 
 
@@ -147,24 +160,26 @@ def _data_signature(value: Any, tensors: list) -> Any:
 def _learning_rates(optimizers: Any) -> list:
     """The learning rate of every parameter group of ``optimizers``, in order."""
     if len(optimizers) == 1:  # (the usual run: one map, no loop)
-        return list(map(_lr, optimizers[0].param_groups))
+        return [*map(_get, optimizers[0].param_groups, _LR)]
     lrs: list = []
     for optimizer in optimizers:  # (a loop and a map, not a comprehension: no Python call, no bytecode per group)
-        lrs += map(_lr, optimizer.param_groups)
+        lrs += map(_get, optimizer.param_groups, _LR)
     return lrs
 
 
 def _fields(state: Any) -> Fields:
     """The state's :class:`Fields`; the usual step (an (inputs, targets) batch, tensor outputs and
     loss) without a call to :func:`_data_signature`."""
-    batch, outputs, loss, optimizers, flat = state.batch, state.outputs, state.loss, state.optimizers, []
-    objects, lrs = (batch, outputs, loss, state.model, optimizers), _learning_rates(optimizers)
+    batch, outputs, loss, optimizers = state.batch, state.outputs, state.loss, state.optimizers
     if (type(batch) is tuple and len(batch) == 2
             and type(outputs) is _Tensor is type(loss) is type(batch[0]) is type(batch[1])):
-        versions = tuple(map(_version, flat := [*batch, outputs, loss]))
-        return _new(Fields, (objects, (versions[:2], versions[2:3], versions[3:], None, lrs), flat, versions))
-    data = (_data_signature(batch, flat), _data_signature(outputs, flat), _data_signature(loss, flat), None, lrs)
-    return _new(Fields, (objects, data, flat, data[0] + data[1] + data[2]))
+        tensors = (*batch, outputs, loss)
+        return _new(Fields, (batch, outputs, loss, state.model, optimizers, tensors, tuple(map(_version, tensors)),
+                             _learning_rates(optimizers), None))
+    flat: list = []
+    data = (_data_signature(batch, flat), _data_signature(outputs, flat), _data_signature(loss, flat))
+    return _new(Fields, (batch, outputs, loss, state.model, optimizers, tuple(flat), data[0] + data[1] + data[2],
+                         _learning_rates(optimizers), data))
 
 
 def _walk(model: Any, registered: int) -> Walk:
@@ -200,7 +215,8 @@ class ModelWrites(TorchFunctionMode):
         self.walk: Optional[Walk] = None
         self._params: frozenset = frozenset()  # the parameters' ids
         self._storages: frozenset = frozenset()  # their storages' addresses
-        self._seen: dict[int, tuple] = {}  # id -> (tensor, version, storage, requires_grad or None)
+        self.noted: dict[int, tuple] = {}
+        """The tensors noted since the last :meth:`wrote`: id -> (tensor, version, storage, requires_grad or None)."""
 
     def of(self, walk: Walk) -> "ModelWrites":
         """Watch ``walk``'s parameters (their ids and storages are read once per walk)."""
@@ -220,19 +236,19 @@ class ModelWrites(TorchFunctionMode):
         return func(*args, **kwargs)
 
     def _note(self, value: Any) -> None:
-        if isinstance(value, _Tensor) and id(value) not in self._seen:
+        if isinstance(value, _Tensor) and id(value) not in self.noted:
             is_param, storage = id(value) in self._params, _storage(value)
             if is_param or storage in self._storages:
-                self._seen[id(value)] = (value, value._version, storage, value.requires_grad if is_param else None)
+                self.noted[id(value)] = (value, value._version, storage, value.requires_grad if is_param else None)
 
     def wrote(self) -> bool:
         """Whether a tensor noted since the last answer moved (and forget them). A parameter given
         another storage (``p.data = ...``) has the storages read again at the next :meth:`of`."""
-        seen, moved = self._seen, False
-        if not seen:  # (the usual call: no torch function on the model)
+        noted, moved = self.noted, False
+        if not noted:
             return False
-        self._seen = {}
-        for tensor, version, storage, requires_grad in seen.values():
+        self.noted = {}
+        for tensor, version, storage, requires_grad in noted.values():
             if _storage(tensor) != storage:
                 moved, self.walk = True, None
             moved = moved or tensor._version != version or (requires_grad is not None
@@ -242,9 +258,9 @@ class ModelWrites(TorchFunctionMode):
 
 def _differing(before: Fields, now: Fields, model_moved: bool) -> tuple[str, ...]:
     """The tracked fields whose object or data signature differs, or the model if it moved."""
+    was, now_is = before.signatures(), now.signatures()
     return tuple([name for i, name in enumerate(TRACKED_FIELDS)
-                  if before.objects[i] is not now.objects[i] or before.data[i] != now.data[i]
-                  or (model_moved and name == "model")])
+                  if before[i] is not now[i] or was[i] != now_is[i] or (model_moved and name == "model")])
 
 
 class FieldWatcher:
@@ -260,7 +276,7 @@ class FieldWatcher:
     def __init__(self, state: Any, hooks: ModelHooks) -> None:
         self.state, self.hooks = state, hooks
         self._fields, self._model, self._walk, self._trusted = _NOTHING, None, None, False
-        self._writes_seen = ModelWrites()
+        self._model_writes = ModelWrites()
         self._moved: Any = None  # (the call under way: the function telling whether it moved the model, or None)
         self._writes: Any = None  # (what the call under way declares at this event)
         self._event: Any = None
@@ -287,8 +303,14 @@ class FieldWatcher:
             self._moved = self._signed()
         elif type(writes) is frozenset and "model" not in writes:
             self._moved, self._trusted = None, True
-        else:
-            self._moved = self._seeing_writes() if self.hooks.depth else self._signed()
+        elif not self.hooks.depth:
+            self._moved = self._signed()
+        else:  # enter the ModelWrites of the model's walk (walked again after a registration)
+            walk, registered, model_writes = self._walk, self.hooks.registered, self._model_writes
+            if walk is None or walk.model is not self.state.model or walk.registered != registered:
+                self._walk = walk = _walk(self.state.model, registered)
+            _push_mode(model_writes if walk is model_writes.walk else model_writes.of(walk))
+            self._moved = self._model_written
 
     def _signed(self) -> Any:
         """Compare the call on the model's signature: measured afresh after a trusted call (the
@@ -298,19 +320,12 @@ class FieldWatcher:
             self._model, self._trusted = self._signature(), False
         return self._model_moved
 
-    def _seeing_writes(self) -> Any:
-        """Enter the :class:`ModelWrites` of the model's walk (walked again after a registration)."""
-        walk, registered = self._walk, self.hooks.registered
-        if walk is None or walk.model is not self.state.model or walk.registered != registered:
-            self._walk = walk = _walk(self.state.model, registered)
-        _push_mode(self._writes_seen.of(walk))
-        return self._model_written
-
     def _model_written(self) -> bool:
         """Whether the call just run wrote a parameter, or registered a module or parameter that
         changed the model's structure; leaves the :class:`ModelWrites`."""
         _pop_mode()
-        wrote, walk = self._writes_seen.wrote(), self._walk
+        model_writes, walk = self._model_writes, self._walk
+        wrote = model_writes.noted and model_writes.wrote()  # (the usual call: no torch function on the model)
         if walk.registered == self.hooks.registered:
             return wrote
         self._walk = now = _walk(self.state.model, self.hooks.registered)
@@ -341,11 +356,13 @@ class FieldWatcher:
         """The tracked fields the call replaced or mutated, in the order of ``TRACKED_FIELDS``
         (empty if none); the state now is what the next call is compared with. The usual answer,
         nothing, is told first, building nothing."""
-        s, (objects, data, tensors, versions), moved = self.state, self._fields, self._moved
+        s, (batch, outputs, loss, model, optimizers, tensors, versions, lrs, _), moved = (self.state, self._fields,
+                                                                                       self._moved)
         moved = moved is not None and moved()
-        if (not moved and s.batch is objects[0] and s.outputs is objects[1] and s.loss is objects[2]
-                and s.model is objects[3] and s.optimizers is objects[4]
-                and tuple(map(_version, tensors)) == versions and _learning_rates(s.optimizers) == data[4]):
+        if (not moved and s.batch is batch and s.outputs is outputs and s.loss is loss and s.model is model
+                and s.optimizers is optimizers and tuple(map(_version, tensors)) == versions
+                and ([*map(_get, optimizers[0].param_groups, _LR)] if len(optimizers) == 1  # (as _learning_rates,
+                     else _learning_rates(optimizers)) == lrs):                            # without its call)
             return ()
         before, self._fields = self._fields, _fields(s)
         return _differing(before, self._fields, moved)
