@@ -3,16 +3,18 @@
 A field was replaced when it holds another object (compared by identity while the old one is
 held) and mutated in place when a tensor's version counter moved (PyTorch bumps ``_version`` on
 every in-place op). A :class:`FieldWatcher` compares :class:`Fields`, O(1) in the model, around
-every call. The model is compared only around the calls whose ``writes`` at the event may include
-``'model'`` (a declaration is trusted), in one of two ways. Under the engine's :class:`ModelHooks`
-(inside ``Engine.watching()``, as the trainer runs), :class:`ModelWrites` watches what the call
-does: the torch functions it runs on the model's parameters, or on any tensor that shares their
-storage (a view, ``.data``, ``detach()``), and the hooks tell a module or parameter registered;
-the cost is in the call's operations, not in the model's size. Without the hooks (events run by
-hand), a :class:`ModelSignature` of every parameter's version and flags is taken around the call.
-A :class:`CheckedWatcher` (``Engine(check_writes=True)``) trusts no declaration: it compares the
-model's signature around every call and raises :class:`UndeclaredWrite` at the call that changed
-a field its ``writes`` leaves out.
+every call, in one of two ways. Under the engine's :class:`ModelHooks` (inside
+``Engine.watching()``, as the trainer runs), a call whose ``writes`` at the event may include
+``'model'`` (a declaration is trusted) is watched by :class:`CallWrites`, which sees what the call
+does: the torch functions it runs on the model's parameters or on the step's tensors (batch,
+outputs, loss), or on any tensor that shares their storage (a view, ``.data``, ``detach()``),
+while the hooks tell a module or parameter registered; the cost is in the call's operations, not
+in the model's size, and the step's versions are read only around the calls it does not watch.
+Without the hooks (events run by hand), the step's versions are read around every call and a
+:class:`ModelSignature` of every parameter's version and flags is taken around the calls that
+may write the model. A :class:`CheckedWatcher` (``Engine(check_writes=True)``) trusts no
+declaration: it compares the model's signature around every call and raises
+:class:`UndeclaredWrite` at the call that changed a field its ``writes`` leaves out.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from torch.overrides import TorchFunctionMode
 
 from composer_lab.core.event import Event
 
-__all__ = ["TRACKED_FIELDS", "FieldWatcher", "CheckedWatcher", "ModelHooks", "ModelWrites", "UndeclaredWrite",
+__all__ = ["TRACKED_FIELDS", "FieldWatcher", "CheckedWatcher", "ModelHooks", "CallWrites", "UndeclaredWrite",
            "UNHOOKED"]
 
 TRACKED_FIELDS = ("batch", "outputs", "loss", "model", "optimizers")
@@ -37,6 +39,8 @@ TRACKED_FIELDS = ("batch", "outputs", "loss", "model", "optimizers")
 _Tensor, _Module, _Optimizer = torch.Tensor, torch.nn.Module, torch.optim.Optimizer
 _version, _versions_and_flags = attrgetter("_version"), attrgetter("_version", "requires_grad")
 _get, _LR = dict.get, repeat("lr")  # (a param group is a dict: Optimizer.add_param_group requires it)
+_MODEL = ("model",)
+_STEP_FIELDS = ("batch", "batch", "outputs", "loss")  # (the field of each tensor of the usual step)
 _CHANGING = type("Changing", (), {"_version": property(lambda self: object())})()  # (see _data_signature)
 
 # Events after which code outside the engine may have changed the model in place (a loaded
@@ -94,8 +98,9 @@ class Fields(NamedTuple):
     ``tensors`` of batch, outputs and loss whose ``versions`` tell an in-place change (one pass over
     them tells that none changed), the optimizers' learning rates ``lrs``, and ``data``: the
     signatures of batch, outputs and loss one by one, or None in the usual step (an (inputs,
-    targets) batch, tensor outputs and loss: the versions are theirs, two, one and one). Flat, so
-    that a step's many snapshots cost one tuple each."""
+    targets) batch, tensor outputs and loss: the versions are theirs, two, one and one). In the
+    usual step ``versions`` is None until read (:meth:`read`): around the calls :class:`CallWrites`
+    watches, what they do tells. Flat, so that a step's many snapshots cost one tuple each."""
 
     batch: Any
     outputs: Any
@@ -103,14 +108,25 @@ class Fields(NamedTuple):
     model: Any
     optimizers: Any
     tensors: tuple
-    versions: tuple
+    versions: Optional[tuple]
     lrs: list
     data: Optional[tuple]
 
+    def read(self) -> "Fields":
+        """These fields with the versions read now, if they were not."""
+        if self.versions is not None:
+            return self
+        return _new(Fields, (*self[:6], tuple(map(_version, self.tensors)), *self[7:]))
+
     def signatures(self) -> tuple:
-        """Each tracked field's data signature, in the order of ``TRACKED_FIELDS`` (None for the model)."""
+        """Each tracked field's data signature, in the order of ``TRACKED_FIELDS`` (None for the
+        model, and for the step's fields while their versions are unread)."""
         versions = self.versions
-        return (*(self.data or (versions[:2], versions[2:3], versions[3:])), None, self.lrs)
+        if self.data is not None:
+            return (*self.data, None, self.lrs)
+        if versions is None:
+            return None, None, None, None, self.lrs
+        return versions[:2], versions[2:3], versions[3:], None, self.lrs
 
 
 class Walk(NamedTuple):
@@ -167,15 +183,15 @@ def _learning_rates(optimizers: Any) -> list:
     return lrs
 
 
-def _fields(state: Any) -> Fields:
-    """The state's :class:`Fields`; the usual step (an (inputs, targets) batch, tensor outputs and
-    loss) without a call to :func:`_data_signature`."""
+def _fields(state: Any, versions: bool = True) -> Fields:
+    """The state's :class:`Fields`, the usual step's versions unread unless ``versions``; the usual
+    step without a call to :func:`_data_signature`."""
     batch, outputs, loss, optimizers = state.batch, state.outputs, state.loss, state.optimizers
     if (type(batch) is tuple and len(batch) == 2
             and type(outputs) is _Tensor is type(loss) is type(batch[0]) is type(batch[1])):
         tensors = (*batch, outputs, loss)
-        return _new(Fields, (batch, outputs, loss, state.model, optimizers, tensors, tuple(map(_version, tensors)),
-                             _learning_rates(optimizers), None))
+        return _new(Fields, (batch, outputs, loss, state.model, optimizers, tensors,
+                             tuple(map(_version, tensors)) if versions else None, _learning_rates(optimizers), None))
     flat: list = []
     data = (_data_signature(batch, flat), _data_signature(outputs, flat), _data_signature(loss, flat))
     return _new(Fields, (batch, outputs, loss, state.model, optimizers, tuple(flat), data[0] + data[1] + data[2],
@@ -203,26 +219,33 @@ def _storage(tensor: Any) -> int:
         return 0
 
 
-class ModelWrites(TorchFunctionMode):
-    """Watches one call for writes to the model. Entered around the call, it notes each tensor a
-    torch function is given (also inside a list: ``torch._foreach_add_``) that is one of the
-    model's parameters or shares a parameter's storage (a view, ``.data``, ``detach()``, taken
-    now or at an earlier event), with its version, storage and, for a parameter,
-    ``requires_grad``, before the function runs. :meth:`wrote` tells whether one of them moved."""
+class CallWrites(TorchFunctionMode):
+    """Watches one call for writes to the model and to the step's tensors. Entered around the call,
+    it notes each tensor a torch function is given (also inside a list: ``torch._foreach_add_``)
+    that is one of the model's parameters or shares the storage of a parameter or of a step tensor
+    (a view, ``.data``, ``detach()``, taken now or at an earlier event), with its version, storage
+    and, for a parameter, ``requires_grad``, before the function runs. :meth:`wrote` names the
+    fields whose noted tensors moved. The step tensors' storages are read at the first tensor a
+    torch function is given: a call that runs none costs nothing."""
 
     def __init__(self) -> None:
         super().__init__()
         self.walk: Optional[Walk] = None
         self._params: frozenset = frozenset()  # the parameters' ids
         self._storages: frozenset = frozenset()  # their storages' addresses
+        self._step: tuple = ()  # the step's tensors (those of the usual step), and their ids and storages once read
+        self._step_keys: Optional[tuple] = ((), ())
         self.noted: dict[int, tuple] = {}
         """The tensors noted since the last :meth:`wrote`: id -> (tensor, version, storage, requires_grad or None)."""
 
-    def of(self, walk: Walk) -> "ModelWrites":
-        """Watch ``walk``'s parameters (their ids and storages are read once per walk)."""
+    def of(self, walk: Walk, step: tuple) -> "CallWrites":
+        """Watch ``walk``'s parameters (their ids and storages are read once per walk) and the
+        ``step``'s tensors (the usual step's batch, outputs and loss tensors, or none)."""
         if walk is not self.walk:
             self.walk, self._params = walk, frozenset(walk.ids[1])
             self._storages = frozenset(map(_storage, walk.params)) - {0}
+        if step is not self._step:
+            self._step, self._step_keys = step, None
         return self
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
@@ -237,38 +260,48 @@ class ModelWrites(TorchFunctionMode):
 
     def _note(self, value: Any) -> None:
         if isinstance(value, _Tensor) and id(value) not in self.noted:
-            is_param, storage = id(value) in self._params, _storage(value)
-            if is_param or storage in self._storages:
+            is_param, storage, step = id(value) in self._params, _storage(value), self._step_keys
+            if step is None:
+                step = self._step_keys = (tuple(map(id, self._step)), tuple(map(_storage, self._step)))
+            if is_param or storage in self._storages or id(value) in step[0] or (storage and storage in step[1]):
                 self.noted[id(value)] = (value, value._version, storage, value.requires_grad if is_param else None)
 
-    def wrote(self) -> bool:
-        """Whether a tensor noted since the last answer moved (and forget them). A parameter given
-        another storage (``p.data = ...``) has the storages read again at the next :meth:`of`."""
-        noted, moved = self.noted, False
+    def wrote(self) -> tuple[str, ...]:
+        """The fields (of ``TRACKED_FIELDS``: the step's, and the model) whose tensors noted since
+        the last answer moved, and forget them. A parameter given another storage (``p.data =
+        ...``) has the storages read again at the next :meth:`of`."""
+        noted, fields = self.noted, set()
         if not noted:
-            return False
+            return ()
         self.noted = {}
         for tensor, version, storage, requires_grad in noted.values():
             if _storage(tensor) != storage:
-                moved, self.walk = True, None
-            moved = moved or tensor._version != version or (requires_grad is not None
-                                                             and tensor.requires_grad != requires_grad)
-        return moved
+                self.walk = None
+            elif tensor._version == version and (requires_grad is None or tensor.requires_grad == requires_grad):
+                continue
+            if requires_grad is not None or storage in self._storages:
+                fields.add("model")
+            ids, storages = self._step_keys or ((), ())
+            fields.update([field for field, step_id, step_storage in zip(_STEP_FIELDS, ids, storages)
+                           if step_id == id(tensor) or (step_storage == storage and storage)])
+        return tuple([field for field in TRACKED_FIELDS if field in fields])
 
 
-def _differing(before: Fields, now: Fields, model_moved: bool) -> tuple[str, ...]:
-    """The tracked fields whose object or data signature differs, or the model if it moved."""
+def _differing(before: Fields, now: Fields, written: tuple[str, ...]) -> tuple[str, ...]:
+    """The tracked fields whose object or data signature differs (where both are known), or
+    that the call was seen to write."""
     was, now_is = before.signatures(), now.signatures()
     return tuple([name for i, name in enumerate(TRACKED_FIELDS)
-                  if before[i] is not now[i] or was[i] != now_is[i] or (model_moved and name == "model")])
+                  if before[i] is not now[i] or name in written
+                  or (was[i] != now_is[i] and was[i] is not None and now_is[i] is not None)])
 
 
 class FieldWatcher:
     """Names the fields each call changed: :meth:`watch` before an event's first call,
     :meth:`before` each call, :meth:`changed` after it, :meth:`release` after the event's last
     (so that the loss and its autograd graph are not held). It keeps the last :class:`Fields`,
-    and for the model the :class:`ModelWrites` and :class:`Walk` of the hooked way or the last
-    :class:`ModelSignature` of the other, and how the call under way is compared on the model."""
+    and for the model the :class:`CallWrites` and :class:`Walk` of the hooked way or the last
+    :class:`ModelSignature` of the other, and how the call under way is compared."""
 
     checks_all = False
     """Whether every call is compared on the model's signature, whatever it declares."""
@@ -276,14 +309,18 @@ class FieldWatcher:
     def __init__(self, state: Any, hooks: ModelHooks) -> None:
         self.state, self.hooks = state, hooks
         self._fields, self._model, self._walk, self._trusted = _NOTHING, None, None, False
-        self._model_writes = ModelWrites()
-        self._moved: Any = None  # (the call under way: the function telling whether it moved the model, or None)
+        self._call_writes = CallWrites()
+        self._written: Any = None  # (the call under way: the function naming the fields it was seen to write, or None)
         self._writes: Any = None  # (what the call under way declares at this event)
         self._event: Any = None
+        self._reads_versions: set = set()  # (under the hooks: the events with a call CallWrites does not watch)
 
     def watch(self, event: Event) -> None:
-        """Take the fields as they are now, before the first call of ``event``."""
-        self._fields, self._event = _fields(self.state), event
+        """Take the fields as they are now, before the first call of ``event``. Under the hooks the
+        step's versions are read only for a call :class:`CallWrites` does not watch: here, if such a
+        call ran at this event before, else before that call."""
+        reads = self.checks_all or not self.hooks.depth or event in self._reads_versions
+        self._fields, self._event = _fields(self.state, reads), event
         if event in _BOUNDARY_EVENTS:
             self._model = self._walk = None
 
@@ -293,24 +330,29 @@ class FieldWatcher:
         self._fields = _NOTHING
 
     def before(self, obj: Any) -> None:
-        """Ready the check of ``obj``'s call: compared on the model unless its ``writes`` at this
-        event leaves the model out (then trusted)."""
+        """Ready the check of ``obj``'s call: watched by :class:`CallWrites` under the hooks unless
+        its ``writes`` at this event leaves the model out (a declaration is trusted); else the
+        step's versions are read, and the model's signature too unless it is left out."""
         writes = getattr(obj, "writes", None)  # (a callback's own attribute may be anything)
         if type(writes) is dict:  # declared event by event (an event left out: unknown)
             writes = writes.get(self._event)
         self._writes = writes
         if self.checks_all:
-            self._moved = self._signed()
+            self._written = self._signed()
         elif type(writes) is frozenset and "model" not in writes:
-            self._moved, self._trusted = None, True
-        elif not self.hooks.depth:
-            self._moved = self._signed()
-        else:  # enter the ModelWrites of the model's walk (walked again after a registration)
-            walk, registered, model_writes = self._walk, self.hooks.registered, self._model_writes
+            self._written, self._trusted = None, True
+            if self._fields.versions is None:  # (the calls since the snapshot were watched: read now, as then)
+                self._fields = self._fields.read()
+                self._reads_versions.add(self._event)
+        elif self.hooks.depth:
+            walk, registered, call_writes = self._walk, self.hooks.registered, self._call_writes
             if walk is None or walk.model is not self.state.model or walk.registered != registered:
                 self._walk = walk = _walk(self.state.model, registered)
-            _push_mode(model_writes if walk is model_writes.walk else model_writes.of(walk))
-            self._moved = self._model_written
+            fields = self._fields
+            _push_mode(call_writes.of(walk, fields.tensors if fields.data is None else ()))
+            self._written = self._seen_written
+        else:
+            self._written = self._signed()
 
     def _signed(self) -> Any:
         """Compare the call on the model's signature: measured afresh after a trusted call (the
@@ -320,16 +362,16 @@ class FieldWatcher:
             self._model, self._trusted = self._signature(), False
         return self._model_moved
 
-    def _model_written(self) -> bool:
-        """Whether the call just run wrote a parameter, or registered a module or parameter that
-        changed the model's structure; leaves the :class:`ModelWrites`."""
+    def _seen_written(self) -> tuple[str, ...]:
+        """The fields the call just run was seen to write, and the model if it registered a module
+        or parameter that changed its structure; leaves the :class:`CallWrites`."""
         _pop_mode()
-        model_writes, walk = self._model_writes, self._walk
-        wrote = model_writes.noted and model_writes.wrote()  # (the usual call: no torch function on the model)
+        call_writes, walk = self._call_writes, self._walk
+        written = call_writes.wrote() if call_writes.noted else ()  # (the usual call: no torch function on them)
         if walk.registered == self.hooks.registered:
-            return wrote
+            return written
         self._walk = now = _walk(self.state.model, self.hooks.registered)
-        return wrote or now.ids != walk.ids
+        return (*written, "model") if now.ids != walk.ids and "model" not in written else written
 
     def _signature(self) -> ModelSignature:
         """The model's signature, from the last walk while no module or parameter was registered."""
@@ -339,33 +381,33 @@ class FieldWatcher:
                              and registered != UNHOOKED[1]) else _walk(model, registered)
         return _new(ModelSignature, (walk.ids, tuple(map(_versions_and_flags, walk.params)), walk, fired))
 
-    def _model_moved(self) -> bool:
-        """Whether the model changed since its signature, which is then taken afresh; the usual
-        answer, no, from the parameters' versions and flags alone while no hook fired."""
+    def _model_moved(self) -> tuple[str, ...]:
+        """``('model',)`` if the model changed since its signature, which is then taken afresh;
+        the usual answer, no, from the parameters' versions and flags alone while no hook fired."""
         last = self._model
         if last.fired == self.hooks.fired and last.walk.model is self.state.model:
             flags = tuple(map(_versions_and_flags, last.walk.params))
             if flags == last.flags:
-                return False
+                return ()
             self._model = _new(ModelSignature, (last.ids, flags, last.walk, last.fired))
-            return True
+            return _MODEL
         self._model = now = self._signature()
-        return now.ids != last.ids or now.flags != last.flags
+        return _MODEL if now.ids != last.ids or now.flags != last.flags else ()
 
     def changed(self) -> tuple[str, ...]:
         """The tracked fields the call replaced or mutated, in the order of ``TRACKED_FIELDS``
         (empty if none); the state now is what the next call is compared with. The usual answer,
         nothing, is told first, building nothing."""
-        s, (batch, outputs, loss, model, optimizers, tensors, versions, lrs, _), moved = (self.state, self._fields,
-                                                                                       self._moved)
-        moved = moved is not None and moved()
-        if (not moved and s.batch is batch and s.outputs is outputs and s.loss is loss and s.model is model
-                and s.optimizers is optimizers and tuple(map(_version, tensors)) == versions
+        s, (batch, outputs, loss, model, optimizers, tensors, versions, lrs, _), written = (self.state, self._fields,
+                                                                                         self._written)
+        written = written() if written is not None else ()
+        if (not written and s.batch is batch and s.outputs is outputs and s.loss is loss and s.model is model
+                and s.optimizers is optimizers and (versions is None or tuple(map(_version, tensors)) == versions)
                 and ([*map(_get, optimizers[0].param_groups, _LR)] if len(optimizers) == 1  # (as _learning_rates,
                      else _learning_rates(optimizers)) == lrs):                            # without its call)
             return ()
-        before, self._fields = self._fields, _fields(s)
-        return _differing(before, self._fields, moved)
+        before, self._fields = self._fields, _fields(s, versions is not None)
+        return _differing(before, self._fields, written)
 
 
 class CheckedWatcher(FieldWatcher):

@@ -287,6 +287,43 @@ def _(s, memo):
     s.optimizers[0].zero_grad()
 
 
+def take_outputs_view(s, memo):
+    memo["view"] = s.outputs.detach()[0]
+
+
+@scenario("outputs: a view taken at an earlier event, written now", O, prepare=take_outputs_view)
+def _(s, memo):
+    memo["view"].mul_(2)
+
+
+@scenario("outputs: written through .data (outputs.data.mul_(2))", NOTHING, hooked=O)
+def _(s, memo):
+    # Seen inside watching(): the call's writes are watched, and the alias shares the outputs'
+    # storage. Outside it, not seen (wrong in fact): .data has a version counter of its own.
+    s.outputs.data.mul_(2)
+
+
+def take_input_data(s, memo):
+    memo["data"] = s.batch[0].data
+
+
+@scenario("batch tuple: the input's .data taken at an earlier event, written now", NOTHING, hooked=B,
+          prepare=take_input_data)
+def _(s, memo):
+    # As a write through .data in the call: seen inside watching(), not outside it (wrong in fact).
+    memo["data"].zero_()
+
+
+def take_detached_loss(s, memo):
+    memo["loss"] = s.loss.detach()
+
+
+@scenario("loss: detached at an earlier event, written now (shares the version counter)", L,
+          prepare=take_detached_loss)
+def _(s, memo):
+    memo["loss"].add_(1)
+
+
 # -- model ----------------------------------------------------------------------------------
 
 @scenario("model: a forward pass, nothing written", NOTHING)
@@ -685,6 +722,31 @@ def test_nothing_is_left_over_for_the_next_event(case, hooks):
     """After an event before (the model's signature then measured before the scenario's event,
     and reused inside watching()), the scenario's event, then an event whose calls do nothing."""
     changed = run(case, hooks, (BEFORE, AT, AFTER))
+    assert changed == {BEFORE.value: NONE, AT.value: {"First": NOTHING, "Act": expected(case, hooks), "Last": NOTHING},
+                       AFTER.value: NONE}
+
+
+class Declared(Noop):
+    """A neighbour that declares it writes nothing (its call is trusted on the model, and the
+    step's versions are read around it)."""
+
+    writes = frozenset()
+
+
+@HOOKS
+@CASES
+def test_declared_neighbours_change_no_answer(case, hooks):
+    """First and Last declare ``writes = frozenset()``: around them the step's versions are read,
+    around Act (undeclared) its writes are watched inside watching(); the answers are the same."""
+    state = make_state(case.batch)
+    state.algorithms = [type("First", (Declared,), {})(), Act(case), type("Last", (Declared,), {})()]
+    engine = Engine(state, trace="all")
+    events = (BEFORE, AT, AFTER)
+    with watching(engine, hooks):
+        for event in events:
+            engine.run_event(event)
+    calls = engine.trace.invocations
+    changed = {event.value: calls[calls.event == event.value].set_index("name").changed.to_dict() for event in events}
     assert changed == {BEFORE.value: NONE, AT.value: {"First": NOTHING, "Act": expected(case, hooks), "Last": NOTHING},
                        AFTER.value: NONE}
 
