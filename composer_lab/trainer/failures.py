@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import signal
 import threading
+from operator import itemgetter
 from typing import Any, Optional
 
 import torch
@@ -95,8 +96,7 @@ class NonFiniteWatch:
                              f"flush_interval batches), 'before_step' (read every loss before the optimizer step) "
                              f"or False (no check)")
         self.mode = mode
-        self._losses: list[torch.Tensor] = []  # each batch's loss since the last check
-        self._batches: list[tuple[Any, int, int]] = []  # and its (timestamp, trace seqs)
+        self._watched: list[tuple[torch.Tensor, Any, int, int]] = []  # each batch's (loss, timestamp, trace seqs)
 
     def watch(self, loss: torch.Tensor, trace: Any, timestamp: Any, since_seq: int) -> Any:
         """This batch's ``loss`` (detached) as it is logged: a float in 'before_step' mode (read,
@@ -109,21 +109,21 @@ class NonFiniteWatch:
             return value
         if not self.mode:
             return loss
-        self._losses.append(loss)
-        self._batches.append((timestamp, since_seq, trace.seq))
+        self._watched.append((loss, timestamp, since_seq, trace.seq))  # (one list: one append a batch)
         return loss
 
     def check(self, trace: Any, timestamp: Any) -> None:
         """Raise :class:`NonFiniteLossError` if a batch watched since the last check had a non-finite
         loss, naming the first; ``timestamp`` is now's. One host read, none when nothing was watched."""
-        if not self._losses:
+        if not self._watched:
             return
-        losses, batches = stack_scalars(self._losses), self._batches
-        self._losses, self._batches = [], []
+        watched = self._watched
+        losses = stack_scalars(list(map(itemgetter(0), watched)))
+        self._watched = []
         finite = torch.isfinite(losses)
         if not finite.all().item():  # (the usual answer, in the one read; which batch: read only now)
             first = int(finite.logical_not().int().argmax())
-            at, since_seq, until_seq = batches[first]
+            _, at, since_seq, until_seq = watched[first]
             raise_nonfinite_loss(losses[first].item(), trace, at, since_seq, until_seq, timestamp.batch - at.batch)
 
 
