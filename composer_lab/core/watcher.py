@@ -175,8 +175,9 @@ def _data_signature(value: Any, tensors: list) -> Any:
 
 def _learning_rates(optimizers: Any) -> list:
     """The learning rate of every parameter group of ``optimizers``, in order."""
-    if len(optimizers) == 1:  # (the usual run: one map, no loop)
-        return [*map(_get, optimizers[0].param_groups, _LR)]
+    if len(optimizers) == 1:  # (the usual run: one group, or one map; no loop)
+        groups = optimizers[0].param_groups
+        return [groups[0].get("lr")] if len(groups) == 1 else [*map(_get, groups, _LR)]
     lrs: list = []
     for optimizer in optimizers:  # (a loop and a map, not a comprehension: no Python call, no bytecode per group)
         lrs += map(_get, optimizer.param_groups, _LR)
@@ -403,8 +404,8 @@ class FieldWatcher:
         written = written() if written is not None else ()
         if (not written and s.batch is batch and s.outputs is outputs and s.loss is loss and s.model is model
                 and s.optimizers is optimizers and (versions is None or tuple(map(_version, tensors)) == versions)
-                and ([*map(_get, optimizers[0].param_groups, _LR)] if len(optimizers) == 1  # (as _learning_rates,
-                     else _learning_rates(optimizers)) == lrs):                            # without its call)
+                and (len(optimizers) == 1 and len(groups := optimizers[0].param_groups) == 1 == len(lrs)
+                     and groups[0].get("lr") == lrs[0] or _learning_rates(optimizers) == lrs)):  # (one group: no call)
             return ()
         before, self._fields = self._fields, _fields(s, versions is not None)
         return _differing(before, self._fields, written)
