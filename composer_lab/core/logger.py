@@ -79,9 +79,9 @@ class Logger:
             rows = self._rows[:]
             del self._rows[:len(rows)]  # (not a new list: an append to the old one would be lost)
             start, end = self._size, self._size + len(rows)
-            if end >= len(self._columns["batch"]):  # twice the length, rows copied; a frame viewing the numbers
+            if end >= len(self._columns["batch"]):  # twice the length, rows copied; the frame viewing them made at a read
                 self._columns = {column: np.resize(values, start + end) for column, values in self._columns.items()}
-                self._numeric = pd.DataFrame(self._columns, columns=["batch", "epoch", "value"], copy=False)
+                self._numeric = None
             # (picked out by column: zip(*rows) makes an iterator per row, and a resumed checkpoint's
             # 400,000 rows then spent 1.2 s in the garbage collector)
             new = dict(zip(METRIC_COLUMNS, columns(rows, len(METRIC_COLUMNS))))
@@ -101,6 +101,8 @@ class Logger:
         """A tidy DataFrame: ``batch``, ``epoch``, ``phase``, ``name``, ``value`` (float)."""
         with self._lock:  # (reentrant: flush takes it too)
             self.flush()
+            if self._numeric is None:  # (a frame viewing the numbers: made again after the columns grew)
+                self._numeric = pd.DataFrame(self._columns, columns=["batch", "epoch", "value"], copy=False)
             if self._frame is None:  # views of the columns (copy-on-write: a change to the frame copies)
                 self._frame = self._numeric.iloc[:self._size].assign(**{c: pd.Categorical.from_codes(
                     self._columns[c][:self._size], list(codes), validate=False).reorder_categories(sorted(codes))

@@ -59,3 +59,21 @@ def test_the_trainers_step_rows_are_those_of_log_metrics():
     loggers[1].log_metrics({"loss/train": torch.tensor(1.5), "lr": 0.25}, phase="fit")
     left, right = loggers[0].metrics, loggers[1].metrics
     assert left.equals(right) and len(left) == 8 and loggers[0].latest == loggers[1].latest
+
+
+def test_reads_between_flushes_see_every_row_as_the_columns_grow():
+    """The columns double as rows come, the frame viewing them made at a read (a flush of the
+    training loop builds no DataFrame): every read sees every row, and a frame read earlier keeps its rows."""
+    import pandas as pd
+
+    logger, frames = Logger(), []
+    for batch in range(40):
+        logger.log_metrics({"loss": float(batch), "lr": 0.1})
+        logger.flush()
+        if batch % 7 == 0:
+            frames.append(logger.metrics)
+    final = logger.metrics
+    assert final["value"].tolist() == [v for batch in range(40) for v in (float(batch), 0.1)]
+    assert final["name"].tolist() == ["loss", "lr"] * 40 and (final["phase"] == "fit").all()
+    for frame in frames:
+        pd.testing.assert_frame_equal(frame, final.iloc[:len(frame)])
