@@ -234,8 +234,10 @@ class CallWrites(TorchFunctionMode):
         self.walk: Optional[Walk] = None
         self._params: frozenset = frozenset()  # the parameters' ids
         self._storages: frozenset = frozenset()  # their storages' addresses
-        self._step: tuple = ()  # the step's tensors (those of the usual step), and their ids and storages once read
-        self._step_keys: Optional[tuple] = ((), ())
+        self.step: tuple = ()
+        """The step's tensors watched during the call under way (the usual step's batch, outputs
+        and loss tensors; empty between calls, so that none is held past its time)."""
+        self._step_keys: Optional[tuple] = ((), ())  # (their ids and storages, once read)
         self.noted: dict[int, tuple] = {}
         """The tensors noted since the last :meth:`wrote`: id -> (tensor, version, storage, requires_grad or None)."""
 
@@ -245,8 +247,8 @@ class CallWrites(TorchFunctionMode):
         if walk is not self.walk:
             self.walk, self._params = walk, frozenset(walk.ids[1])
             self._storages = frozenset(map(_storage, walk.params)) - {0}
-        if step is not self._step:
-            self._step, self._step_keys = step, None
+        if step is not self.step:
+            self.step, self._step_keys = step, None
         return self
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
@@ -263,7 +265,7 @@ class CallWrites(TorchFunctionMode):
         if isinstance(value, _Tensor) and id(value) not in self.noted:
             is_param, storage, step = id(value) in self._params, _storage(value), self._step_keys
             if step is None:
-                step = self._step_keys = (tuple(map(id, self._step)), tuple(map(_storage, self._step)))
+                step = self._step_keys = (tuple(map(id, self.step)), tuple(map(_storage, self.step)))
             if is_param or storage in self._storages or id(value) in step[0] or (storage and storage in step[1]):
                 self.noted[id(value)] = (value, value._version, storage, value.requires_grad if is_param else None)
 
@@ -369,6 +371,7 @@ class FieldWatcher:
         _pop_mode()
         call_writes, walk = self._call_writes, self._walk
         written = call_writes.wrote() if call_writes.noted else ()  # (the usual call: no torch function on them)
+        call_writes.step = ()  # (the trainer frees last step's outputs and loss in its own time)
         if walk.registered == self.hooks.registered:
             return written
         self._walk = now = _walk(self.state.model, self.hooks.registered)

@@ -94,6 +94,35 @@ def test_a_raising_apply_leaves_no_reference_to_the_loss_and_its_graph(state):
     assert raised.value is not None and engine._watcher is not None  # the watcher is given back
 
 
+class ReadsTheStep(Algorithm):
+    """Undeclared, runs torch functions on the step's tensors (inside watching(), its call is watched)."""
+
+    events = frozenset({Event.AFTER_LOSS})
+
+    def apply(self, event, state, logger):
+        return float(state.loss.detach() + state.outputs.detach().sum())
+
+
+@pytest.mark.parametrize("algorithm", [Raises, ReadsTheStep])
+def test_inside_watching_no_tensor_of_the_step_is_held_after_the_event(state, algorithm):
+    """The watcher lets go of the outputs and the loss with the event (a model's logits can be
+    the biggest tensor of a step: held on, they would raise the next step's peak memory)."""
+    state.algorithms = [algorithm()]
+    weight = torch.ones(3, requires_grad=True)
+    state.outputs = weight * 2
+    state.loss = state.outputs.sum()
+    held = weakref.ref(state.outputs), weakref.ref(state.loss)
+    engine = Engine(state)
+    with engine.watching():
+        try:
+            engine.run_event(Event.AFTER_LOSS)
+        except RuntimeError:
+            pass
+        state.outputs = state.loss = None  # (the trainer replaces them at the next step)
+        gc.collect()
+        assert [ref() for ref in held] == [None, None], "the engine still holds last step's outputs or loss"
+
+
 class Liar(Algorithm):
     """Says it writes only the batch, yet writes a weight in place."""
 
