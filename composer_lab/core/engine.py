@@ -100,8 +100,9 @@ class Engine:
         self.trace = trace if isinstance(trace, Trace) else Trace(trace)
         self.passes = DEFAULT_PASSES
         self.check_writes = os.environ.get(CHECK_WRITES_VARIABLE, "") == "1" if check_writes is None else check_writes
-        self.model_hooks = ModelHooks()
-        """The PyTorch hooks change detection reads, installed by :meth:`watching`."""
+        self.model_hooks = ModelHooks(optimizer_steps=self.check_writes)
+        """The PyTorch hooks change detection reads, installed by :meth:`watching` (optimizer steps
+        heard only under ``check_writes``, whose model signatures are reused across events)."""
         self._listening: dict[Event, Listening] = {}
         self._labels: dict[int, str] = {}  # id of each algorithm and callback listed -> its trace label
         self._generation = -1  # EditCountingList.generation when the two were worked out
@@ -162,19 +163,12 @@ class Engine:
         its name and the order after it (``assume_matched``: as in :meth:`plan`)."""
         event = Event(event)
         algorithms = self.state.algorithms if algorithms is None else algorithms
-        matched = list(algorithms) if assume_matched else self._matching([a for a in algorithms if a.listens(event)],
-                                                                          event)
+        state = self.state
+        matched = list(algorithms) if assume_matched else [a for a in algorithms if a.listens(event)
+                                                           and a.match(event, state)]
         steps = [("match", matched)]
         self._order(matched, event, steps)
         return steps
-
-    def _matching(self, listening: Sequence[Algorithm], event: Event) -> list[Algorithm]:
-        """The algorithms of ``listening`` whose ``match`` says yes at ``event``."""
-        matched, state = [], self.state
-        for algorithm in listening:  # a loop, not a comprehension: no frame when none listen
-            if algorithm.match(event, state):
-                matched.append(algorithm)
-        return matched
 
     def _order(self, matched: Sequence[Algorithm], event: Event, steps: Optional[list] = None) -> Sequence[Algorithm]:
         """``matched`` through the passes (each result appended to ``steps`` if given): the one way
@@ -238,7 +232,10 @@ class Engine:
             if callbacks and event is _INIT:
                 self._call_all(callbacks, "callback", "run_event", event, seq)  # on INIT, callbacks first
             if algorithms or not self._keep_singletons:  # (nobody to ask, and no pass that may add one)
-                matched = self._matching(algorithms, event)
+                matched, state = [], self.state
+                for algorithm in algorithms:  # (a loop, not a comprehension or a method: no frame of its own)
+                    if algorithm.match(event, state):
+                        matched.append(algorithm)
                 if len(matched) < len(algorithms) and trace.records_unmatched:
                     asked = labels  # the trace works out who said no when read
                 ordered = matched if len(matched) < 2 and self._keep_singletons else self._order(matched, event)
@@ -265,10 +262,9 @@ class Engine:
             return codes
         watcher = self._watcher or self._new_watcher()  # (None: an event fired from a call, which has its own)
         self._watcher, codes, value, batch, labels = None, [], event._value_, state.timestamp.batch, self._labels
-        watcher.watch(event)
         try:
             for order, obj in enumerate(objs):  # (written flat: it runs for every call)
-                watcher.before(obj)
+                watcher.before(obj, event)
                 exit_code = error = None
                 t0 = _now()
                 try:

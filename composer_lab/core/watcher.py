@@ -58,15 +58,19 @@ class UndeclaredWrite(ValueError):
 
 
 class ModelHooks:
-    """PyTorch's global module registration, parameter registration and optimizer-step hooks, one
-    set per engine, installed while :meth:`installed` is entered (nested uses share them) and
-    removed after, so importing composer_lab installs nothing. ``fired`` counts every hook call,
-    ``registered`` the registrations (both also move when the hooks come in or go): a watcher
-    reuses what it measured under the hooks while they stand still, and nothing measured without
-    them (it notes :data:`UNHOOKED` as the counts then)."""
+    """PyTorch's global module registration and parameter registration hooks, and with
+    ``optimizer_steps`` its optimizer-step hook, one set per engine, installed while
+    :meth:`installed` is entered (nested uses share them) and removed after, so importing
+    composer_lab installs nothing. ``fired`` counts every hook call, ``registered`` the
+    registrations (both also move when the hooks come in or go): a watcher reuses what it measured
+    under the hooks while they stand still, and nothing measured without them (it notes
+    :data:`UNHOOKED` as the counts then). Only a model signature reused across events needs to hear
+    of optimizer steps (a :class:`CheckedWatcher`'s): watched calls do not, and a hook called at
+    every step costs a step time."""
 
-    def __init__(self) -> None:
+    def __init__(self, optimizer_steps: bool = True) -> None:
         self.fired = self.registered = self.depth = 0
+        self.optimizer_steps = optimizer_steps
         self._handles: list = []
 
     def _on_hook(self, first: Any, *args: Any) -> None:
@@ -79,8 +83,9 @@ class ModelHooks:
         """The hooks, for the duration."""
         if self.depth == 0:
             self._handles = [torch.nn.modules.module.register_module_module_registration_hook(self._on_hook),
-                             torch.nn.modules.module.register_module_parameter_registration_hook(self._on_hook),
-                             _optimizer_hooks.register_optimizer_step_post_hook(self._on_hook)]
+                             torch.nn.modules.module.register_module_parameter_registration_hook(self._on_hook)]
+            if self.optimizer_steps:
+                self._handles.append(_optimizer_hooks.register_optimizer_step_post_hook(self._on_hook))
         self.depth += 1
         try:
             yield
@@ -300,9 +305,9 @@ def _differing(before: Fields, now: Fields, written: tuple[str, ...]) -> tuple[s
 
 
 class FieldWatcher:
-    """Names the fields each call changed: :meth:`watch` before an event's first call,
-    :meth:`before` each call, :meth:`changed` after it, :meth:`release` after the event's last
-    (so that the loss and its autograd graph are not held). It keeps the last :class:`Fields`,
+    """Names the fields each call changed: :meth:`before` each call of an event, :meth:`changed`
+    after it, :meth:`release` after the event's last (so that the loss and its autograd graph are
+    not held). It keeps the last :class:`Fields`,
     and for the model the :class:`CallWrites` and :class:`Walk` of the hooked way or the last
     :class:`ModelSignature` of the other, and how the call under way is compared."""
 
@@ -318,24 +323,23 @@ class FieldWatcher:
         self._event: Any = None
         self._reads_versions: set = set()  # (under the hooks: the events with a call CallWrites does not watch)
 
-    def watch(self, event: Event) -> None:
-        """Take the fields as they are now, before the first call of ``event``. Under the hooks the
-        step's versions are read only for a call :class:`CallWrites` does not watch: here, if such a
-        call ran at this event before, else before that call."""
-        reads = self.checks_all or not self.hooks.depth or event in self._reads_versions
-        self._fields, self._event = _fields(self.state, reads), event
-        if event in _BOUNDARY_EVENTS:
-            self._model = self._walk = None
-
     def release(self) -> None:
         """Let go of the fields after an event's calls: the trainer frees what it replaces (last
         step's loss, and its autograd graph) in its own time, not in the next event's."""
         self._fields = _NOTHING
 
-    def before(self, obj: Any) -> None:
-        """Ready the check of ``obj``'s call: watched by :class:`CallWrites` under the hooks unless
-        its ``writes`` at this event leaves the model out (a declaration is trusted); else the
-        step's versions are read, and the model's signature too unless it is left out."""
+    def before(self, obj: Any, event: Event) -> None:
+        """Ready the check of ``obj``'s call at ``event``: watched by :class:`CallWrites` under the
+        hooks unless its ``writes`` at this event leaves the model out (a declaration is trusted);
+        else the step's versions are read, and the model's signature too unless it is left out.
+        Before the event's first call, the fields are taken as they are now (under the hooks
+        with the step's versions if a call :class:`CallWrites` does not watch ran at this event
+        before, else they are read before such a call)."""
+        if self._fields is _NOTHING:
+            reads = self.checks_all or not self.hooks.depth or event in self._reads_versions
+            self._fields, self._event = _fields(self.state, reads), event
+            if event in _BOUNDARY_EVENTS:
+                self._model = self._walk = None
         writes = getattr(obj, "writes", None)  # (a callback's own attribute may be anything)
         if type(writes) is dict:  # declared event by event (an event left out: unknown)
             writes = writes.get(self._event)
@@ -422,8 +426,8 @@ class CheckedWatcher(FieldWatcher):
 
     checks_all = True
 
-    def before(self, obj: Any) -> None:
-        super().before(obj)
+    def before(self, obj: Any, event: Event) -> None:
+        super().before(obj, event)
         self._obj = obj
 
     def changed(self) -> tuple[str, ...]:

@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch.nn.modules import module as module_hooks
@@ -66,7 +67,11 @@ def loader():
                       batch_size=8)
 
 
-def test_hooks_are_installed_during_fit_and_eval_and_removed_after():
+@pytest.mark.parametrize("check_writes", ["0", "1"])
+def test_hooks_are_installed_during_fit_and_eval_and_removed_after(check_writes, monkeypatch):
+    """The registration hooks while a loop runs; the optimizer-step hook only under check_writes
+    (whose model signatures, reused across events, must hear of optimizer steps)."""
+    monkeypatch.setenv("COMPOSER_LAB_CHECK_WRITES", check_writes)
     before = global_hooks()
     spy = SeesHooks()
     trainer = Trainer(torch.nn.Linear(4, 2), loader(), "1ep", loss_fn=F.cross_entropy, eval_dataloader=loader(),
@@ -74,7 +79,8 @@ def test_hooks_are_installed_during_fit_and_eval_and_removed_after():
     assert global_hooks() == before
     trainer.fit()
     trainer.eval()
-    assert spy.seen and all(seen == (before[0] + 1, before[1] + 1, before[2] + 1) for seen in spy.seen)
+    during = (before[0] + 1, before[1] + 1, before[2] + int(check_writes))
+    assert spy.seen and all(seen == during for seen in spy.seen)
     assert global_hooks() == before
 
 
