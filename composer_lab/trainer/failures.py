@@ -118,13 +118,12 @@ class NonFiniteWatch:
         if not self._watched:
             return
         watched = self._watched
-        losses = stack_scalars(list(map(itemgetter(0), watched)))
+        losses = stack_scalars(list(map(itemgetter(0), watched))).tolist()  # (the one read: no op on the device)
         self._watched = []
-        finite = torch.isfinite(losses)
-        if not finite.all().item():  # (the usual answer, in the one read; which batch: read only now)
-            first = int(finite.logical_not().int().argmax())
+        if not all(map(math.isfinite, losses)):
+            first = next(i for i, loss in enumerate(losses) if not math.isfinite(loss))
             _, at, since_seq, until_seq = watched[first]
-            raise_nonfinite_loss(losses[first].item(), trace, at, since_seq, until_seq, timestamp.batch - at.batch)
+            raise_nonfinite_loss(losses[first], trace, at, since_seq, until_seq, timestamp.batch - at.batch)
 
 
 def raise_nonfinite_loss(loss: float, trace: Any, timestamp: Any, since_seq: int, until_seq: int,
