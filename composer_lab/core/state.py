@@ -87,12 +87,11 @@ def _as_list(value: Any) -> list:
 
 
 class EditCountingList(list):
-    """A list that counts its in-place edits (``edits``), and moves the process-wide
-    :attr:`generation` at each edit and each new list: the engine works out the listeners of each
-    event from ``state.algorithms`` and ``state.callbacks`` again only when the generation moved
-    (another list assigned, or one edited), a check of one number however long the lists."""
+    """A list that moves the process-wide :attr:`generation` at each in-place edit and each new
+    list: the engine works out the listeners of each event from ``state.algorithms`` and
+    ``state.callbacks`` again only when the generation moved (another list assigned, or one
+    edited), a check of one number however long the lists."""
 
-    edits = 0
     generation = 0
     """Moved after every edit of any such list and every new one (after: a reader that saw the
     new number sees the edit)."""
@@ -106,7 +105,6 @@ def _counting(name: str) -> Callable:
     edit = getattr(list, name)
 
     def counted(self: EditCountingList, *args: Any, **kwargs: Any) -> Any:
-        self.edits += 1
         try:
             return edit(self, *args, **kwargs)
         finally:

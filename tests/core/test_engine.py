@@ -448,5 +448,8 @@ def test_every_in_place_edit_of_a_state_list_is_counted(method, args):
     from composer_lab.core.state import EditCountingList
 
     items = EditCountingList([3, 1, 2])
+    before = EditCountingList.generation
     getattr(items, method)(*args)
-    assert items.edits == 1 and isinstance(items, list)
+    assert EditCountingList.generation == before + 1 and isinstance(items, list)
+    EditCountingList([])
+    assert EditCountingList.generation == before + 2  # (a new list, as State's setters make, moves it too)
