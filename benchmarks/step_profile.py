@@ -2,9 +2,11 @@
 between two configurations of the same fit, measured side by side.
 
 The workload of ``trainer_overhead.py`` (MLP 784-256-10, batch 64, one thread, SGD with
-momentum), steps timed by a clock read as each batch is taken, the 10th percentile over every
-repeat; configurations are run in rounds whose order rotates. The parts, each the step time of a
-configuration less the one before it:
+momentum), steps timed by a clock read as each batch is taken; configurations are run in rounds
+whose order rotates. The parts, each the step time of a configuration less the one before it:
+the 10th percentile of a round's steps less the other's in the same round, the median over the
+rounds (a slow stretch of a shared machine falls within a round or two, on all of its
+configurations, and drops out of the median):
 
 - the trainer's loop: ``Trainer.fit`` with no algorithm, trace off, no progress bar, over the plain loop;
 - events and calls: 10 no-op algorithms, one per event of the step, trace off;
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import statistics
 from pathlib import Path
 
 import torch
@@ -52,7 +55,7 @@ def fit_steps(batches: list, algorithm: type, trace: str, progress_bar: bool) ->
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--steps", type=int, default=600)
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -61,20 +64,24 @@ def main() -> None:
             **{name: (lambda c=config: fit_steps(batches, *c)) for name, config in CONFIGURATIONS.items()}}
     for run in runs.values():
         run()  # warm up
-    steps: dict[str, list] = {name: [] for name in runs}
+    rounds: dict[str, list] = {name: [] for name in runs}  # each round's step p10, us
     names = list(runs)
     for i in range(args.repeats):
         for name in names[i % len(names):] + names[:i % len(names)]:
-            steps[name].extend(runs[name]())
-    p10s = {name: p10(times) * 1e6 for name, times in steps.items()}
-    parts = {name: p10s[name] - p10s[before] for before, name in zip(names, names[1:])}
+            rounds[name].append(p10(runs[name]()) * 1e6)
+    parts = {name: statistics.median(b - a for a, b in zip(rounds[before], rounds[name]))
+             for before, name in zip(names, names[1:])}
+    p10s = {"plain loop": statistics.median(rounds["plain loop"])}
+    for before, name in zip(names, names[1:]):
+        p10s[name] = p10s[before] + parts[name]  # (the plain loop's median step plus the parts up to here)
     result = {"benchmark": "step_profile", "steps": args.steps, "repeats": args.repeats, "step_p10_us": p10s,
-              "parts_us": parts, "torch": torch.__version__, "python": platform.python_version(),
+              "parts_us": parts, "rounds_step_p10_us": rounds, "torch": torch.__version__, "python": platform.python_version(),
               "processor": processor()}
     out = Path(__file__).parent / "results" / "step_profile.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
-    print(f"{result['processor']}; torch {torch.__version__}, one thread; step p10 over {args.repeats} x {args.steps} steps")
+    print(f"{result['processor']}; torch {torch.__version__}, one thread; {args.repeats} rounds of {args.steps} steps, "
+          f"median over the rounds of each round's step p10 differences")
     print(f"{'plain loop':22} {p10s['plain loop']:7.1f} us")
     for name, part in parts.items():
         print(f"{'+ ' + name:22} {part:+7.1f} us  (step {p10s[name]:.1f} us, {p10s[name] / p10s['plain loop']:.3f}x)")
