@@ -22,6 +22,7 @@ __all__ = ["Engine", "AlgorithmTrace", "Traces"]
 
 PassSpec = Union[AlgorithmPass, tuple, Sequence[Any]]
 _now = time.perf_counter
+_new = tuple.__new__  # (a tuple subclass made without a Python __init__)
 _INIT = Event.INIT
 CHECK_WRITES_VARIABLE = "COMPOSER_LAB_CHECK_WRITES"
 """Set to 1 to build every engine with ``check_writes=True`` (a test run, a debugging session)."""
@@ -36,19 +37,17 @@ class AlgorithmTrace(NamedTuple):
     run: bool = True
 
 
-class Traces(Mapping):
+class Traces(tuple, Mapping):
     """What :meth:`Engine.run_event` returns, as Composer's ``Traces``: ``'<name>/<event>'``
     (``'CutMix/after_dataloader'``) to the :class:`AlgorithmTrace` of each algorithm that ran,
-    in run order. Built when first read: most callers (the trainer) drop it, and an event then
-    pays for one small object, not for a key and a record per algorithm."""
-
-    def __init__(self, label: Callable[[Any], str], algorithms: Sequence[Algorithm], codes: list,
-                 event: Event) -> None:
-        self._parts = (label, algorithms, codes, event)
+    in run order. A mapping built when first read from what the event kept (the labeller, the
+    algorithms in order, their exit codes, the event): most callers (the trainer) drop it, and an
+    event then pays for one tuple, made without a Python ``__init__``, not for a key and a record
+    per algorithm."""
 
     @cached_property
     def _traces(self) -> dict[str, AlgorithmTrace]:
-        label, algorithms, codes, event = self._parts
+        label, algorithms, codes, event = tuple.__iter__(self)
         return {f"{label(a)}/{event.value}": AlgorithmTrace(code, order)
                 for order, (a, code) in enumerate(zip(algorithms, codes))}
 
@@ -61,17 +60,33 @@ class Traces(Mapping):
     def __len__(self) -> int:
         return len(self._traces)
 
+    def __contains__(self, key: object) -> bool:
+        return key in self._traces
+
+    def __eq__(self, other: object) -> bool:
+        return Mapping.__eq__(self, other)
+
+    __hash__ = None  # type: ignore[assignment]  # (a mapping: not hashable, as a dict)
+
     def __repr__(self) -> str:
         return repr(self._traces)
 
 
+_NO_TRACES = Traces((str, (), [], Event.INIT))
+"""What an event at which no algorithm ran returns (empty; read-only, as every :class:`Traces`)."""
+
+
 class Listening(NamedTuple):
     """Who listens at one event: the ``algorithms`` asked ``match`` there and their trace
-    ``labels`` (in list order: 'LabelSmoothing', 'LabelSmoothing#2'), and the ``callbacks`` run there."""
+    ``labels`` (in list order: 'LabelSmoothing', 'LabelSmoothing#2'), the ``callbacks`` run there;
+    the event's ``phase`` (the logger's while it runs) and whether it ``asks`` (someone listens, or
+    a pass may add an algorithm: the passes run)."""
 
     algorithms: tuple
     labels: tuple[str, ...]
     callbacks: tuple
+    phase: str
+    asks: bool
 
 
 class Engine:
@@ -129,9 +144,10 @@ class Engine:
             if not callable(p):
                 raise TypeError(f"an algorithm pass is a function (algorithms, event) -> algorithms, got "
                                 f"{type(p).__name__} {p!r}")
-        # Two plain attributes read at every event; an event in flight keeps the list it started with.
+        # Plain attributes read at every event; an event in flight keeps the list it started with.
         self._keep_singletons = all(p in ORDER_ONLY_PASSES for p in passes)
         self._passes = list(passes)
+        self._generation = -1  # (who asks at each event depends on the passes too: worked out again)
 
     def register_pass(self, algorithm_pass: AlgorithmPass, index: int = -1) -> None:
         """Add a pass at ``index`` (-1: last)."""
@@ -173,9 +189,7 @@ class Engine:
     def _order(self, matched: Sequence[Algorithm], event: Event, steps: Optional[list] = None) -> Sequence[Algorithm]:
         """``matched`` through the passes (each result appended to ``steps`` if given): the one way
         both the run and the plan order an event, also when nothing matched (a pass may add an
-        algorithm). With order-only passes alone, fewer than two algorithms need no pass."""
-        if steps is None and len(matched) < 2 and self._keep_singletons:
-            return matched
+        algorithm). (A run skips it where only order-only passes would see fewer than two.)"""
         for p in self._passes:
             matched = p(matched, event)
             if not isinstance(matched, (list, tuple)):
@@ -197,55 +211,67 @@ class Engine:
         with self.model_hooks.installed():
             yield self
 
-    def _listen(self) -> None:
+    def _listen(self, event: Event) -> None:
         """Work out who listens at each event from ``state.algorithms`` and ``state.callbacks``
         as they are now; done again at the first event after either list was assigned or edited
-        (:attr:`EditCountingList.generation` moved: one number read per event, however long the lists)."""
+        (:attr:`EditCountingList.generation` moved: one number read per event, however long the
+        lists) or the passes changed. A closed engine refuses to run ``event`` here."""
+        if self.closed:
+            raise RuntimeError(f"the engine was closed, so it cannot run {event.value}; build a new Trainer "
+                               f"(or Engine) to train again")
         generation = EditCountingList.generation  # (read first: an edit meanwhile moves it again)
         algorithms, callbacks, label = list(self.state.algorithms), list(self.state.callbacks), self.trace.label
         self._labels = {id(obj): label(obj) for obj in (*algorithms, *callbacks)}
-        events_of = {id(c): listened_events(c) for c in callbacks}
-        self._listening = {event: Listening(at := tuple([a for a in algorithms if a.listens(event)]),
-                                            tuple([self._labels[id(a)] for a in at]),
-                                            tuple([c for c in callbacks if event in events_of[id(c)]]))
-                           for event in Event}
+        events_of, may_add = {id(c): listened_events(c) for c in callbacks}, not self._keep_singletons
+        self._listening = {e: Listening(at := tuple([a for a in algorithms if a.listens(e)]),
+                                        tuple([self._labels[id(a)] for a in at]),
+                                        tuple([c for c in callbacks if e in events_of[id(c)]]),
+                                        _PHASE[e], bool(at) or may_add)
+                           for e in Event}
         self._generation = generation
 
     # -- running ------------------------------------------------------------------------------
     # The hot path (about 13 events per training step): no allocation or call an event does not need.
     def run_event(self, event: Union[Event, str]) -> Mapping[str, AlgorithmTrace]:
         """Run ``event``: match, order, apply, then record it in the trace; the :class:`Traces` of
-        the algorithms that ran (``{}`` if none)."""
+        the algorithms that ran (empty if none)."""
         if type(event) is not Event:
             event = Event(event)
-        if self.closed:
-            raise RuntimeError(f"the engine was closed, so it cannot run {event.value}; build a new Trainer "
-                               f"(or Engine) to train again")
         if self._generation != EditCountingList.generation:
-            self._listen()
-        algorithms, labels, callbacks = self._listening[event]
+            self._listen(event)  # (a list or the passes changed since the last event; closed: raises)
+        algorithms, labels, callbacks, phase, asks = self._listening[event]
         trace = self.trace
-        self.event, self.logger.phase = event, _PHASE[event]
+        self.event = event
+        self.logger.phase = phase
         trace.seq = seq = trace.seq + 1
-        asked, traces, t0 = None, {}, _now()
+        recording = trace.recording
+        if not (asks or callbacks or recording):
+            return _NO_TRACES  # (nobody listens, and nothing to record)
+        asked, traces, t0 = None, _NO_TRACES, _now() if recording else 0.0
         try:
             if callbacks and event is _INIT:
                 self._call_all(callbacks, "callback", "run_event", event, seq)  # on INIT, callbacks first
-            if algorithms or not self._keep_singletons:  # (nobody to ask, and no pass that may add one)
+            if asks:
                 matched, state = [], self.state
                 for algorithm in algorithms:  # (a loop, not a comprehension or a method: no frame of its own)
                     if algorithm.match(event, state):
                         matched.append(algorithm)
-                if len(matched) < len(algorithms) and trace.records_unmatched:
+                if trace.records_unmatched and len(matched) < len(algorithms):
                     asked = labels  # the trace works out who said no when read
-                ordered = matched if len(matched) < 2 and self._keep_singletons else self._order(matched, event)
-                if ordered:
-                    traces = Traces(trace.label, ordered, self._call_all(ordered, "algorithm", "apply", event, seq),
-                                    event)
+                if not self._keep_singletons or len(matched) > 1:
+                    matched = self._order(matched, event)
+                if matched:
+                    if recording:
+                        codes = self._call_all(matched, "algorithm", "apply", event, seq)
+                    else:  # (the untraced step's calls, inline: no frame, nothing to record)
+                        codes, logger = [], self.logger
+                        for algorithm in matched:
+                            codes.append(algorithm.apply(event, state, logger))
+                    traces = _new(Traces, (trace.label, matched, codes, event))
             if callbacks and event is not _INIT:
                 self._call_all(callbacks, "callback", "run_event", event, seq)
         finally:
-            if trace.recording:
+            if recording:
                 trace.record_event(seq, event, self.state, t0, asked)
         return traces
 
@@ -288,7 +314,7 @@ class Engine:
         one raises; the first error is raised after. A second call does nothing."""
         if self.closed:
             return
-        self.closed = True
+        self.closed, self._generation = True, None  # (the next event goes to _listen, which refuses it)
         errors, closed = [], []
         for cb in self.state.callbacks:
             try:
