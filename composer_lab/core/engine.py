@@ -77,11 +77,12 @@ _NO_TRACES = Traces((str, (), [], Event.INIT))
 
 
 class Listening(NamedTuple):
-    """Who listens at one event: the ``algorithms`` asked ``match`` there and their trace
+    """Who listens at one ``event``: the ``algorithms`` asked ``match`` there and their trace
     ``labels`` (in list order: 'LabelSmoothing', 'LabelSmoothing#2'), the ``callbacks`` run there;
     the event's ``phase`` (the logger's while it runs) and whether it ``asks`` (someone listens, or
     a pass may add an algorithm: the passes run)."""
 
+    event: Event
     algorithms: tuple
     labels: tuple[str, ...]
     callbacks: tuple
@@ -223,7 +224,7 @@ class Engine:
         algorithms, callbacks, label = list(self.state.algorithms), list(self.state.callbacks), self.trace.label
         self._labels = {id(obj): label(obj) for obj in (*algorithms, *callbacks)}
         events_of, may_add = {id(c): listened_events(c) for c in callbacks}, not self._keep_singletons
-        self._listening = {e: Listening(at := tuple([a for a in algorithms if a.listens(e)]),
+        self._listening = {e: Listening(e, at := tuple([a for a in algorithms if a.listens(e)]),
                                         tuple([self._labels[id(a)] for a in at]),
                                         tuple([c for c in callbacks if e in events_of[id(c)]]),
                                         _PHASE[e], bool(at) or may_add)
@@ -235,11 +236,13 @@ class Engine:
     def run_event(self, event: Union[Event, str]) -> Mapping[str, AlgorithmTrace]:
         """Run ``event``: match, order, apply, then record it in the trace; the :class:`Traces` of
         the algorithms that ran (empty if none)."""
-        if type(event) is not Event:
-            event = Event(event)
         if self._generation != EditCountingList.generation:
-            self._listen(event)  # (a list or the passes changed since the last event; closed: raises)
-        algorithms, labels, callbacks, phase, asks = self._listening[event]
+            self._listen(Event(event))  # (a list or the passes changed since the last event; closed: raises)
+        try:  # (an Event is a str: its value finds it too)
+            event, algorithms, labels, callbacks, phase, asks = self._listening[event]
+        except (KeyError, TypeError):
+            Event(event)  # (not an event: raises, naming the closest one)
+            raise
         trace = self.trace
         self.event = event
         self.logger.phase = phase

@@ -20,8 +20,8 @@ declaration: it compares the model's signature around every call and raises
 from __future__ import annotations
 
 from contextlib import contextmanager
-from itertools import repeat
-from operator import attrgetter
+from itertools import chain
+from operator import attrgetter, is_, methodcaller
 from typing import Any, Iterator, NamedTuple, Optional
 
 import torch
@@ -38,9 +38,12 @@ TRACKED_FIELDS = ("batch", "outputs", "loss", "model", "optimizers")
 
 _Tensor, _Module, _Optimizer = torch.Tensor, torch.nn.Module, torch.optim.Optimizer
 _version, _versions_and_flags = attrgetter("_version"), attrgetter("_version", "requires_grad")
-_get, _LR = dict.get, repeat("lr")  # (a param group is a dict: Optimizer.add_param_group requires it)
+_objects = attrgetter(*TRACKED_FIELDS)  # (the state's five tracked objects, in one call)
+_groups, _lr = attrgetter("param_groups"), methodcaller("get", "lr")  # (a param group is a dict: add_param_group requires it)
+_chain = chain.from_iterable
 _MODEL = ("model",)
 _STEP_FIELDS = ("batch", "batch", "outputs", "loss")  # (the field of each tensor of the usual step)
+_USUAL_STEP = (_Tensor,) * len(_STEP_FIELDS)  # (their types: plain tensors, not subclasses)
 _CHANGING = type("Changing", (), {"_version": property(lambda self: object())})()  # (see _data_signature)
 
 # Events after which code outside the engine may have changed the model in place (a loaded
@@ -179,28 +182,22 @@ def _data_signature(value: Any, tensors: list) -> Any:
 
 
 def _learning_rates(optimizers: Any) -> list:
-    """The learning rate of every parameter group of ``optimizers``, in order."""
-    if len(optimizers) == 1:  # (the usual run: one group, or one map; no loop)
-        groups = optimizers[0].param_groups
-        return [groups[0].get("lr")] if len(groups) == 1 else [*map(_get, groups, _LR)]
-    lrs: list = []
-    for optimizer in optimizers:  # (a loop and a map, not a comprehension: no Python call, no bytecode per group)
-        lrs += map(_get, optimizer.param_groups, _LR)
-    return lrs
+    """The learning rate of every parameter group of ``optimizers``, in order (no bytecode per
+    optimizer or group)."""
+    return [*map(_lr, _chain(map(_groups, optimizers)))]
 
 
 def _fields(state: Any, versions: bool = True) -> Fields:
     """The state's :class:`Fields`, the usual step's versions unread unless ``versions``; the usual
     step without a call to :func:`_data_signature`."""
-    batch, outputs, loss, optimizers = state.batch, state.outputs, state.loss, state.optimizers
-    if (type(batch) is tuple and len(batch) == 2
-            and type(outputs) is _Tensor is type(loss) is type(batch[0]) is type(batch[1])):
-        tensors = (*batch, outputs, loss)
-        return _new(Fields, (batch, outputs, loss, state.model, optimizers, tensors,
+    batch, outputs, loss, model, optimizers = _objects(state)
+    tensors = (*batch, outputs, loss) if type(batch) is tuple else ()
+    if tuple(map(type, tensors)) == _USUAL_STEP:
+        return _new(Fields, (batch, outputs, loss, model, optimizers, tensors,
                              tuple(map(_version, tensors)) if versions else None, _learning_rates(optimizers), None))
     flat: list = []
     data = (_data_signature(batch, flat), _data_signature(outputs, flat), _data_signature(loss, flat))
-    return _new(Fields, (batch, outputs, loss, state.model, optimizers, tuple(flat), data[0] + data[1] + data[2],
+    return _new(Fields, (batch, outputs, loss, model, optimizers, tuple(flat), data[0] + data[1] + data[2],
                          _learning_rates(optimizers), data))
 
 
@@ -240,8 +237,8 @@ class CallWrites(TorchFunctionMode):
         self._params: frozenset = frozenset()  # the parameters' ids
         self._storages: frozenset = frozenset()  # their storages' addresses
         self.step: tuple = ()
-        """The step's tensors watched during the call under way (the usual step's batch, outputs
-        and loss tensors; empty between calls, so that none is held past its time)."""
+        """The step's tensors watched during the event under way (the usual step's batch, outputs
+        and loss tensors; empty between events, so that none is held past its time)."""
         self._step_keys: Optional[tuple] = ((), ())  # (their ids and storages, once read)
         self.noted: dict[int, tuple] = {}
         """The tensors noted since the last :meth:`wrote`: id -> (tensor, version, storage, requires_grad or None)."""
@@ -255,6 +252,11 @@ class CallWrites(TorchFunctionMode):
         if step is not self.step:
             self.step, self._step_keys = step, None
         return self
+
+    def let_go(self) -> None:
+        """Hold no step tensor (after an event's calls: the trainer frees last step's outputs and
+        loss in its own time)."""
+        self.step, self._step_keys = (), ((), ())
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
         kwargs = kwargs or {}
@@ -327,6 +329,7 @@ class FieldWatcher:
         """Let go of the fields after an event's calls: the trainer frees what it replaces (last
         step's loss, and its autograd graph) in its own time, not in the next event's."""
         self._fields = _NOTHING
+        self._call_writes.let_go()
 
     def before(self, obj: Any, event: Event) -> None:
         """Ready the check of ``obj``'s call at ``event``: watched by :class:`CallWrites` under the
@@ -356,7 +359,10 @@ class FieldWatcher:
             if walk is None or walk.model is not self.state.model or walk.registered != registered:
                 self._walk = walk = _walk(self.state.model, registered)
             fields = self._fields
-            _push_mode(call_writes.of(walk, fields.tensors if fields.data is None else ()))
+            step = fields.tensors if fields.data is None else ()
+            if call_writes.walk is not walk or call_writes.step is not step:  # (the usual call: as the last)
+                call_writes.of(walk, step)
+            _push_mode(call_writes)
             self._written = self._seen_written
         else:
             self._written = self._signed()
@@ -375,7 +381,6 @@ class FieldWatcher:
         _pop_mode()
         call_writes, walk = self._call_writes, self._walk
         written = call_writes.wrote() if call_writes.noted else ()  # (the usual call: no torch function on them)
-        call_writes.step = ()  # (the trainer frees last step's outputs and loss in its own time)
         if walk.registered == self.hooks.registered:
             return written
         self._walk = now = _walk(self.state.model, self.hooks.registered)
@@ -406,15 +411,13 @@ class FieldWatcher:
         """The tracked fields the call replaced or mutated, in the order of ``TRACKED_FIELDS``
         (empty if none); the state now is what the next call is compared with. The usual answer,
         nothing, is told first, building nothing."""
-        s, (batch, outputs, loss, model, optimizers, tensors, versions, lrs, _), written = (self.state, self._fields,
-                                                                                         self._written)
+        s, fields, written = self.state, self._fields, self._written
         written = written() if written is not None else ()
-        if (not written and s.batch is batch and s.outputs is outputs and s.loss is loss and s.model is model
-                and s.optimizers is optimizers and (versions is None or tuple(map(_version, tensors)) == versions)
-                and (len(optimizers) == 1 and len(groups := optimizers[0].param_groups) == 1 == len(lrs)
-                     and groups[0].get("lr") == lrs[0] or _learning_rates(optimizers) == lrs)):  # (one group: no call)
+        if (not written and all(map(is_, _objects(s), fields))  # (the five objects: fields[:5])
+                and (fields.versions is None or tuple(map(_version, fields.tensors)) == fields.versions)
+                and _learning_rates(fields.optimizers) == fields.lrs):
             return ()
-        before, self._fields = self._fields, _fields(s, versions is not None)
+        before, self._fields = fields, _fields(s, fields.versions is not None)
         return _differing(before, self._fields, written)
 
 
