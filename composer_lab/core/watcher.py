@@ -20,8 +20,8 @@ declaration: it compares the model's signature around every call and raises
 from __future__ import annotations
 
 from contextlib import contextmanager
-from itertools import chain
-from operator import attrgetter, is_, methodcaller
+from itertools import repeat
+from operator import attrgetter
 from typing import Any, Iterator, NamedTuple, Optional
 
 import torch
@@ -38,12 +38,9 @@ TRACKED_FIELDS = ("batch", "outputs", "loss", "model", "optimizers")
 
 _Tensor, _Module, _Optimizer = torch.Tensor, torch.nn.Module, torch.optim.Optimizer
 _version, _versions_and_flags = attrgetter("_version"), attrgetter("_version", "requires_grad")
-_objects = attrgetter(*TRACKED_FIELDS)  # (the state's five tracked objects, in one call)
-_groups, _lr = attrgetter("param_groups"), methodcaller("get", "lr")  # (a param group is a dict: add_param_group requires it)
-_chain = chain.from_iterable
+_get, _LR = dict.get, repeat("lr")  # (a param group is a dict: Optimizer.add_param_group requires it)
 _MODEL = ("model",)
 _STEP_FIELDS = ("batch", "batch", "outputs", "loss")  # (the field of each tensor of the usual step)
-_USUAL_STEP = (_Tensor,) * len(_STEP_FIELDS)  # (their types: plain tensors, not subclasses)
 _CHANGING = type("Changing", (), {"_version": property(lambda self: object())})()  # (see _data_signature)
 
 # Events after which code outside the engine may have changed the model in place (a loaded
@@ -182,22 +179,28 @@ def _data_signature(value: Any, tensors: list) -> Any:
 
 
 def _learning_rates(optimizers: Any) -> list:
-    """The learning rate of every parameter group of ``optimizers``, in order (no bytecode per
-    optimizer or group)."""
-    return [*map(_lr, _chain(map(_groups, optimizers)))]
+    """The learning rate of every parameter group of ``optimizers``, in order."""
+    if len(optimizers) == 1:  # (the usual run: one group, or one map; no loop)
+        groups = optimizers[0].param_groups
+        return [groups[0].get("lr")] if len(groups) == 1 else [*map(_get, groups, _LR)]
+    lrs: list = []
+    for optimizer in optimizers:  # (a loop and a map, not a comprehension: no Python call, no bytecode per group)
+        lrs += map(_get, optimizer.param_groups, _LR)
+    return lrs
 
 
 def _fields(state: Any, versions: bool = True) -> Fields:
     """The state's :class:`Fields`, the usual step's versions unread unless ``versions``; the usual
     step without a call to :func:`_data_signature`."""
-    batch, outputs, loss, model, optimizers = _objects(state)
-    tensors = (*batch, outputs, loss) if type(batch) is tuple else ()
-    if tuple(map(type, tensors)) == _USUAL_STEP:
-        return _new(Fields, (batch, outputs, loss, model, optimizers, tensors,
+    batch, outputs, loss, optimizers = state.batch, state.outputs, state.loss, state.optimizers
+    if (type(batch) is tuple and len(batch) == 2
+            and type(outputs) is _Tensor is type(loss) is type(batch[0]) is type(batch[1])):
+        tensors = (*batch, outputs, loss)
+        return _new(Fields, (batch, outputs, loss, state.model, optimizers, tensors,
                              tuple(map(_version, tensors)) if versions else None, _learning_rates(optimizers), None))
     flat: list = []
     data = (_data_signature(batch, flat), _data_signature(outputs, flat), _data_signature(loss, flat))
-    return _new(Fields, (batch, outputs, loss, model, optimizers, tuple(flat), data[0] + data[1] + data[2],
+    return _new(Fields, (batch, outputs, loss, state.model, optimizers, tuple(flat), data[0] + data[1] + data[2],
                          _learning_rates(optimizers), data))
 
 
@@ -411,13 +414,15 @@ class FieldWatcher:
         """The tracked fields the call replaced or mutated, in the order of ``TRACKED_FIELDS``
         (empty if none); the state now is what the next call is compared with. The usual answer,
         nothing, is told first, building nothing."""
-        s, fields, written = self.state, self._fields, self._written
+        s, (batch, outputs, loss, model, optimizers, tensors, versions, lrs, _), written = (self.state, self._fields,
+                                                                                         self._written)
         written = written() if written is not None else ()
-        if (not written and all(map(is_, _objects(s), fields))  # (the five objects: fields[:5])
-                and (fields.versions is None or tuple(map(_version, fields.tensors)) == fields.versions)
-                and _learning_rates(fields.optimizers) == fields.lrs):
+        if (not written and s.batch is batch and s.outputs is outputs and s.loss is loss and s.model is model
+                and s.optimizers is optimizers and (versions is None or tuple(map(_version, tensors)) == versions)
+                and (len(optimizers) == 1 and len(groups := optimizers[0].param_groups) == 1 == len(lrs)
+                     and groups[0].get("lr") == lrs[0] or _learning_rates(optimizers) == lrs)):  # (one group: no call)
             return ()
-        before, self._fields = fields, _fields(s, fields.versions is not None)
+        before, self._fields = self._fields, _fields(s, versions is not None)
         return _differing(before, self._fields, written)
 
 
