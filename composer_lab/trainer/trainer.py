@@ -37,6 +37,16 @@ from composer_lab.trainer.rng import seed_all
 from composer_lab.trainer.run import Run, default_run_name, run_config
 from composer_lab.tracking.tracker import attach_trackers, tell_failure
 
+# The events of a batch (and the epoch unit) as module names, read at every batch: on Python 3.11 a
+# member read off an Enum class goes through EnumType.__getattr__, about 90 ns each.
+BEFORE_DATALOADER, AFTER_DATALOADER, BATCH_START, BATCH_END, BATCH_CHECKPOINT = (
+    Event.BEFORE_DATALOADER, Event.AFTER_DATALOADER, Event.BATCH_START, Event.BATCH_END, Event.BATCH_CHECKPOINT)
+BEFORE_TRAIN_BATCH, AFTER_TRAIN_BATCH = Event.BEFORE_TRAIN_BATCH, Event.AFTER_TRAIN_BATCH
+BEFORE_FORWARD, AFTER_FORWARD, BEFORE_LOSS, AFTER_LOSS, BEFORE_BACKWARD, AFTER_BACKWARD = (
+    Event.BEFORE_FORWARD, Event.AFTER_FORWARD, Event.BEFORE_LOSS, Event.AFTER_LOSS, Event.BEFORE_BACKWARD,
+    Event.AFTER_BACKWARD)
+EPOCH = TimeUnit.EPOCH
+
 __all__ = ["Trainer", "DEFAULT_LR", "THROUGHPUT_EVERY"]
 
 DEFAULT_LR = 0.05
@@ -279,17 +289,17 @@ class Trainer:
         self.feed.open_epoch()
         per_epoch = state.dataloader_len
         while True:
-            run(Event.BEFORE_DATALOADER)
+            run(BEFORE_DATALOADER)
             batch = self.feed.next()
             if batch is None:
                 break
             self._batch_seq = self.engine.trace.seq
             state.batch = move_to_device(batch, state.device)
-            run(Event.AFTER_DATALOADER)
+            run(AFTER_DATALOADER)
             samples = batch_size(state.batch)
-            run(Event.BATCH_START)
+            run(BATCH_START)
             self._train_batch(samples)
-            run(Event.BATCH_END)
+            run(BATCH_END)
             if self._between_batches:
                 self.apply_changes()
             done, saver = state.timestamp, self.checkpoint_saver
@@ -297,10 +307,10 @@ class Trainer:
                 self._flush()  # every flush_interval batches, and before a checkpoint
             if self.eval_dataloader is not None and self.eval_interval.due_after_batch(done):
                 self._evaluate(self.eval_dataloader)
-            run(Event.BATCH_CHECKPOINT)
+            run(BATCH_CHECKPOINT)
             # Stop mid-epoch (the next fit continues this epoch) unless the run is counted in epochs
             # (max_duration read each batch: stop_training changes it) or this epoch's data is done.
-            if (state.max_duration.unit is not TimeUnit.EPOCH
+            if (state.max_duration.unit is not EPOCH
                     and (per_epoch is None or state.timestamp.batch_in_epoch < per_epoch)
                     and reached_max_duration(state)):
                 return
@@ -320,7 +330,7 @@ class Trainer:
     def _train_batch(self, samples: int) -> None:
         """Forward, loss and backward per microbatch, then the optimizer step."""
         state, run = self.state, self.engine.run_event
-        run(Event.BEFORE_TRAIN_BATCH)
+        run(BEFORE_TRAIN_BATCH)
         for optimizer in state.optimizers:
             optimizer.zero_grad(set_to_none=True)
         full_batch, size = state.batch, self.microbatch_size
@@ -343,7 +353,7 @@ class Trainer:
         if self.scaler is not None:
             for optimizer in state.optimizers:
                 self.scaler.unscale_(optimizer)
-        run(Event.AFTER_TRAIN_BATCH)
+        run(AFTER_TRAIN_BATCH)
         self._apply_step(samples, logged)
 
     def _create_graph(self) -> bool:
@@ -365,18 +375,18 @@ class Trainer:
         state, run, adapter, scaler, ddp = self.state, self.engine.run_event, self.adapter, self.scaler, self.ddp
         precision = state.precision_context()
         state.microbatch, state.batch = index, microbatch
-        run(Event.BEFORE_FORWARD)
+        run(BEFORE_FORWARD)
         with precision, ddp.training_forward(state, last) as model:  # (under torchrun: DDP's wrapper)
             state.outputs = adapter.forward(model, state.batch)
-        run(Event.AFTER_FORWARD)
-        run(Event.BEFORE_LOSS)
+        run(AFTER_FORWARD)
+        run(BEFORE_LOSS)
         with precision:
             state.loss = adapter.loss(state.model, state.outputs, state.batch)
-        run(Event.AFTER_LOSS)
-        run(Event.BEFORE_BACKWARD)
+        run(AFTER_LOSS)
+        run(BEFORE_BACKWARD)
         loss = state.loss if share == 1.0 else state.loss * share
         (scaler.scale(loss) if scaler is not None else loss).backward(create_graph=create_graph)
-        run(Event.AFTER_BACKWARD)
+        run(AFTER_BACKWARD)
         return loss
 
     def _apply_step(self, samples: int, loss: Any) -> None:
