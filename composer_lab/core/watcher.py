@@ -321,6 +321,7 @@ class FieldWatcher:
 
     def __init__(self, state: Any, hooks: ModelHooks) -> None:
         self.state, self.hooks = state, hooks
+        self.checks_all: bool = type(self).checks_all  # (read at every call: an instance's own attribute reads faster)
         self._fields, self._model, self._walk, self._trusted = _NOTHING, None, None, False
         self._call_writes = CallWrites()
         self._written: Any = None  # (the call under way: the function naming the fields it was seen to write, or None)

@@ -1,0 +1,133 @@
+"""Instructions per training step, counted by valgrind's callgrind: a figure that machine noise cannot move.
+
+The workload of ``trainer_overhead.py`` (MLP 784-256-10, batch 64, SGD with momentum, one thread) in
+four configurations: the plain loop; ``Trainer.fit`` with no algorithm, trace off (the trainer's
+loop); with the 10 no-op algorithms, trace off; the same with trace 'all'. Each configuration runs
+in a process of its own under ``valgrind --tool=callgrind``, which counts only inside two fits, of
+50 and of 150 steps, built beforehand (the count is switched on inside ``operator.methodcaller``
+and ``functools.reduce`` calls wrapped around them, whose inclusive counts callgrind reports); the
+difference over 100 steps leaves out each fit's start and end. The garbage collector's old objects
+are frozen first, so a full collection that falls in one fit and not the other does not count.
+
+Instructions are not time: an instruction of torch's kernels takes a fraction of a cycle, one of
+the interpreter's more, and a cache miss costs no instruction at all. The counts decide whether a
+change of the Python on the hot path does less work, exactly, where a timed A/B cannot tell 1%;
+``trainer_overhead.py`` says what that is worth in time. (Counting bytecodes, as
+``trainer_overhead.py`` also does, misleads for C calls: ``all(map(operator.is_, ...))`` is fewer
+bytecodes than five ``is`` tests and three times the instructions.) Needs valgrind; about seven
+minutes a configuration, two at a time. Writes benchmarks/results/instructions.json.
+
+    python benchmarks/instructions.py [--jobs 2] [--configs plain trainer off all]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import operator
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from functools import reduce
+from pathlib import Path
+
+CONFIGS = ("plain", "trainer", "off", "all")
+STEPS = (50, 150)
+HERE = Path(__file__).resolve().parent
+
+
+def worker(config: str) -> None:
+    """Build the two fits of ``config``, then run them inside the two counted calls."""
+    import gc
+
+    import torch
+    from torch import nn
+
+    sys.path.insert(0, str(HERE))
+    from trainer_overhead import STEP_EVENTS, Touch, make_batches, make_model, make_optimizer
+
+    from composer_lab import Trainer
+
+    torch.set_num_threads(1)
+    batches = make_batches(max(STEPS))
+
+    def prepare(steps: int):
+        model, data = make_model(0), batches[:steps]
+        optimizer = make_optimizer(model)
+        if config == "plain":
+            return lambda: _plain_loop(data, model, optimizer)
+        algorithms = [] if config == "trainer" else [Touch(e) for e in STEP_EVENTS]
+        trainer = Trainer(model, data, f"{steps}ba", loss_fn=nn.functional.cross_entropy, optimizers=optimizer,
+                          algorithms=algorithms, device="cpu", trace="all" if config == "all" else "off",
+                          progress_bar=False)
+        return trainer.fit
+
+    prepare(20)()  # every path warmed once
+    short, long = prepare(STEPS[0]), prepare(STEPS[1])
+    gc.collect()
+    gc.freeze()
+    operator.methodcaller("__call__")(short)  # counted: callgrind's methodcaller_call
+    reduce(lambda _, fit: fit(), [long], None)  # counted: functools_reduce
+
+
+def _plain_loop(batches: list, model, optimizer) -> None:
+    from torch import nn
+    for x, y in batches:
+        optimizer.zero_grad(set_to_none=True)
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+
+
+def count(config: str, folder: str) -> float:
+    """Instructions per step of ``config``: valgrind runs the worker, callgrind_annotate reads the two counts."""
+    out = Path(folder) / f"callgrind.{config}"
+    subprocess.run(["valgrind", "--tool=callgrind", "--collect-atstart=no", "--toggle-collect=methodcaller_call",
+                    "--toggle-collect=functools_reduce", f"--callgrind-out-file={out}", sys.executable, __file__,
+                    "--worker", config], check=True, capture_output=True)
+    report = subprocess.run(["callgrind_annotate", "--inclusive=yes", str(out)], check=True, capture_output=True,
+                            text=True).stdout
+    counts = {}
+    for name in ("methodcaller_call", "functools_reduce"):
+        line = next(line for line in report.splitlines() if line.rstrip().endswith(name) or f":{name} " in line)
+        counts[name] = int(re.match(r"\s*([\d,]+)", line).group(1).replace(",", ""))
+    return (counts["functools_reduce"] - counts["methodcaller_call"]) / (STEPS[1] - STEPS[0])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=2, help="configurations counted at once (one core each)")
+    parser.add_argument("--configs", nargs="+", choices=CONFIGS, default=list(CONFIGS))
+    parser.add_argument("--worker", choices=CONFIGS, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        return worker(args.worker)
+    configs = ["plain", *[c for c in args.configs if c != "plain"]]
+    with tempfile.TemporaryDirectory() as folder, ThreadPoolExecutor(args.jobs) as pool:
+        per_step = dict(zip(configs, pool.map(lambda c: count(c, folder), configs)))
+    plain = per_step["plain"]
+    result = {"benchmark": "instructions", "steps": STEPS[1] - STEPS[0], "plain_per_step": plain,
+              **{config: {"per_step": n, "over_plain": n - plain, "ratio": n / plain}
+                 for config, n in per_step.items() if config != "plain"},
+              "torch": _torch_version(), "python": platform.python_version(), "machine": platform.machine()}
+    out = HERE / "results" / "instructions.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    print(f"instructions per step (callgrind), torch {result['torch']}, Python {result['python']}")
+    print(f"plain loop {plain:12,.0f}")
+    for config in configs[1:]:
+        r = result[config]
+        print(f"{config:10} {r['per_step']:12,.0f}  +{r['over_plain']:,.0f} ({r['ratio']:.4f}x)")
+    print(f"saved to {out}")
+
+
+def _torch_version() -> str:
+    import torch
+    return torch.__version__
+
+
+if __name__ == "__main__":
+    main()
