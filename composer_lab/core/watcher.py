@@ -180,9 +180,6 @@ def _data_signature(value: Any, tensors: list) -> Any:
 
 def _learning_rates(optimizers: Any) -> list:
     """The learning rate of every parameter group of ``optimizers``, in order."""
-    if len(optimizers) == 1:  # (the usual run: one group, or one map; no loop)
-        groups = optimizers[0].param_groups
-        return [groups[0].get("lr")] if len(groups) == 1 else [*map(_get, groups, _LR)]
     lrs: list = []
     for optimizer in optimizers:  # (a loop and a map, not a comprehension: no Python call, no bytecode per group)
         lrs += map(_get, optimizer.param_groups, _LR)
@@ -191,13 +188,16 @@ def _learning_rates(optimizers: Any) -> list:
 
 def _fields(state: Any, versions: bool = True) -> Fields:
     """The state's :class:`Fields`, the usual step's versions unread unless ``versions``; the usual
-    step without a call to :func:`_data_signature`."""
+    step without a call to :func:`_data_signature` (nor, with one optimizer of one group, to
+    :func:`_learning_rates`)."""
     batch, outputs, loss, optimizers = state.batch, state.outputs, state.loss, state.optimizers
     if (type(batch) is tuple and len(batch) == 2
             and type(outputs) is _Tensor is type(loss) is type(batch[0]) is type(batch[1])):
         tensors = (*batch, outputs, loss)
+        groups = optimizers[0].param_groups if len(optimizers) == 1 else ()
         return _new(Fields, (batch, outputs, loss, state.model, optimizers, tensors,
-                             tuple(map(_version, tensors)) if versions else None, _learning_rates(optimizers), None))
+                             tuple(map(_version, tensors)) if versions else None,
+                             [groups[0].get("lr")] if len(groups) == 1 else _learning_rates(optimizers), None))
     flat: list = []
     data = (_data_signature(batch, flat), _data_signature(outputs, flat), _data_signature(loss, flat))
     return _new(Fields, (batch, outputs, loss, state.model, optimizers, tuple(flat), data[0] + data[1] + data[2],
@@ -242,24 +242,16 @@ class CallWrites(TorchFunctionMode):
         self.step: tuple = ()
         """The step's tensors watched during the event under way (the usual step's batch, outputs
         and loss tensors; empty between events, so that none is held past its time)."""
-        self._step_keys: Optional[tuple] = ((), ())  # (their ids and storages, once read)
+        self.step_keys: Optional[tuple] = ((), ())
+        """Their ids and storages, read at the first tensor a call gives a torch function (None: unread)."""
         self.noted: dict[int, tuple] = {}
         """The tensors noted since the last :meth:`wrote`: id -> (tensor, version, storage, requires_grad or None)."""
 
-    def of(self, walk: Walk, step: tuple) -> "CallWrites":
-        """Watch ``walk``'s parameters (their ids and storages are read once per walk) and the
-        ``step``'s tensors (the usual step's batch, outputs and loss tensors, or none)."""
-        if walk is not self.walk:
-            self.walk, self._params = walk, frozenset(walk.ids[1])
-            self._storages = frozenset(map(_storage, walk.params)) - {0}
-        if step is not self.step:
-            self.step, self._step_keys = step, None
-        return self
-
-    def let_go(self) -> None:
-        """Hold no step tensor (after an event's calls: the trainer frees last step's outputs and
-        loss in its own time)."""
-        self.step, self._step_keys = (), ((), ())
+    def of(self, walk: Walk) -> None:
+        """Watch ``walk``'s parameters (their ids and storages, read once per walk). The watcher
+        sets :attr:`step` (and forgets its keys) when the step's tensors change."""
+        self.walk, self._params = walk, frozenset(walk.ids[1])
+        self._storages = frozenset(map(_storage, walk.params)) - {0}
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
         kwargs = kwargs or {}
@@ -273,9 +265,9 @@ class CallWrites(TorchFunctionMode):
 
     def _note(self, value: Any) -> None:
         if isinstance(value, _Tensor) and id(value) not in self.noted:
-            is_param, storage, step = id(value) in self._params, _storage(value), self._step_keys
+            is_param, storage, step = id(value) in self._params, _storage(value), self.step_keys
             if step is None:
-                step = self._step_keys = (tuple(map(id, self.step)), tuple(map(_storage, self.step)))
+                step = self.step_keys = (tuple(map(id, self.step)), tuple(map(_storage, self.step)))
             if is_param or storage in self._storages or id(value) in step[0] or (storage and storage in step[1]):
                 self.noted[id(value)] = (value, value._version, storage, value.requires_grad if is_param else None)
 
@@ -294,7 +286,7 @@ class CallWrites(TorchFunctionMode):
                 continue
             if requires_grad is not None or storage in self._storages:
                 fields.add("model")
-            ids, storages = self._step_keys or ((), ())
+            ids, storages = self.step_keys or ((), ())
             fields.update([field for field, step_id, step_storage in zip(_STEP_FIELDS, ids, storages)
                            if step_id == id(tensor) or (step_storage == storage and storage)])
         return tuple([field for field in TRACKED_FIELDS if field in fields])
@@ -332,8 +324,8 @@ class FieldWatcher:
     def release(self) -> None:
         """Let go of the fields after an event's calls: the trainer frees what it replaces (last
         step's loss, and its autograd graph) in its own time, not in the next event's."""
-        self._fields = _NOTHING
-        self._call_writes.let_go()
+        call_writes, self._fields = self._call_writes, _NOTHING
+        call_writes.step, call_writes.step_keys = (), ((), ())  # (nor the step's tensors)
 
     def before(self, obj: Any, event: Event) -> None:
         """Ready the check of ``obj``'s call at ``event``: watched by :class:`CallWrites` under the
@@ -364,8 +356,10 @@ class FieldWatcher:
                 self._walk = walk = _walk(self.state.model, registered)
             fields = self._fields
             step = fields.tensors if fields.data is None else ()
-            if call_writes.walk is not walk or call_writes.step is not step:  # (the usual call: as the last)
-                call_writes.of(walk, step)
+            if call_writes.walk is not walk:
+                call_writes.of(walk)
+            if call_writes.step is not step:  # (their ids and storages read when first needed)
+                call_writes.step, call_writes.step_keys = step, None
             _push_mode(call_writes)
             self._written = self._seen_written
         else:
