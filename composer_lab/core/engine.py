@@ -7,7 +7,7 @@ import time
 from collections.abc import Mapping
 from contextlib import contextmanager
 from functools import cached_property
-from typing import Any, Callable, Iterator, NamedTuple, Optional, Sequence, Union
+from typing import Any, Iterator, NamedTuple, Optional, Sequence, Union
 
 from composer_lab.core.algorithm import Algorithm
 from composer_lab.core.callback import listened_events

@@ -54,8 +54,50 @@ def test_callback_methods_and_run_event_dispatch(state):
 def test_string_events_are_accepted(state):
     log = []
     state.algorithms = [Recorder("A", [Event.AFTER_LOSS], log)]
-    Engine(state).run_event("after_loss")
-    assert log == ["A"]
+    engine = Engine(state)
+    traces = engine.run_event("after_loss")
+    assert log == ["A"] and engine.event is Event.AFTER_LOSS  # (the Event itself, not the string)
+    assert list(traces) == ["Recorder/after_loss"] and traces["Recorder/after_loss"] == AlgorithmTrace(None, 0)
+
+
+@pytest.mark.parametrize("warm", [False, True])  # (the first event works the listeners out; later ones look them up)
+@pytest.mark.parametrize("bad, message", [("after_losss", "did you mean 'after_loss'"), (["after_loss"], "not an event")])
+def test_an_unknown_event_is_refused_naming_the_closest(state, warm, bad, message):
+    engine = Engine(state)
+    if warm:
+        engine.run_event(Event.AFTER_LOSS)
+    with pytest.raises(ValueError, match=message):
+        engine.run_event(bad)
+
+
+def test_a_pass_registered_between_events_runs_where_nobody_listens(state):
+    """Who asks at an event is worked out once; a pass registered later may add an algorithm at an
+    event no algorithm listens at, and must run there from the next event on."""
+    log = []
+    extra = Recorder("X", [Event.BATCH_END], log)
+    engine = Engine(state)
+    assert engine.run_event(Event.BATCH_END) == {}
+    engine.register_pass(lambda algorithms, event: [*algorithms, extra] if event is Event.BATCH_END else algorithms)
+    assert list(engine.run_event(Event.BATCH_END)) == ["Recorder/batch_end"] and log == ["X"]
+
+
+def test_a_closed_engine_refuses_events_also_after_its_passes_change(state):
+    engine = Engine(state)
+    engine.close()
+    engine.passes = engine.passes  # (a pass change makes the next event work its listeners out again)
+    with pytest.raises(RuntimeError, match="closed"):
+        engine.run_event(Event.BATCH_END)
+
+
+def test_traces_is_a_read_only_mapping(state):
+    state.algorithms = [Recorder("A", [Event.AFTER_LOSS], []), Recorder("B", [Event.AFTER_LOSS], [])]
+    traces = Engine(state).run_event(Event.AFTER_LOSS)
+    assert sorted(traces) == ["Recorder#2/after_loss", "Recorder/after_loss"]
+    assert sorted(t.order for t in traces.values()) == [0, 1] and list(traces) == sorted(traces, key=lambda k: traces[k].order)
+    assert "Recorder/after_loss" in traces and "Recorder" not in traces and len(traces) == 2 and traces == dict(traces)
+    assert not hasattr(traces, "__setitem__") and Engine(state).run_event(Event.BATCH_END) == {}
+    with pytest.raises(TypeError):
+        hash(traces)
 
 
 def last(algorithms, event):
