@@ -23,6 +23,7 @@ minutes a configuration, two at a time. Writes benchmarks/results/instructions.j
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import operator
 import platform
@@ -34,6 +35,9 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import reduce
 from pathlib import Path
 
+import torch
+from torch import nn
+
 CONFIGS = ("plain", "trainer", "off", "all")
 STEPS = (50, 150)
 HERE = Path(__file__).resolve().parent
@@ -41,11 +45,6 @@ HERE = Path(__file__).resolve().parent
 
 def worker(config: str) -> None:
     """Build the two fits of ``config``, then run them inside the two counted calls."""
-    import gc
-
-    import torch
-    from torch import nn
-
     sys.path.insert(0, str(HERE))
     from trainer_overhead import STEP_EVENTS, Touch, make_batches, make_model, make_optimizer
 
@@ -74,7 +73,6 @@ def worker(config: str) -> None:
 
 
 def _plain_loop(batches: list, model, optimizer) -> None:
-    from torch import nn
     for x, y in batches:
         optimizer.zero_grad(set_to_none=True)
         loss = nn.functional.cross_entropy(model(x), y)
@@ -92,7 +90,7 @@ def count(config: str, folder: str) -> float:
                             text=True).stdout
     counts = {}
     for name in ("methodcaller_call", "functools_reduce"):
-        line = next(line for line in report.splitlines() if line.rstrip().endswith(name) or f":{name} " in line)
+        line = next(line for line in report.splitlines() if f":{name} " in line)  # ('... file.c:name [lib]')
         counts[name] = int(re.match(r"\s*([\d,]+)", line).group(1).replace(",", ""))
     return (counts["functools_reduce"] - counts["methodcaller_call"]) / (STEPS[1] - STEPS[0])
 
@@ -112,7 +110,7 @@ def main() -> None:
     result = {"benchmark": "instructions", "steps": STEPS[1] - STEPS[0], "plain_per_step": plain,
               **{config: {"per_step": n, "over_plain": n - plain, "ratio": n / plain}
                  for config, n in per_step.items() if config != "plain"},
-              "torch": _torch_version(), "python": platform.python_version(), "machine": platform.machine()}
+              "torch": torch.__version__, "python": platform.python_version(), "machine": platform.machine()}
     out = HERE / "results" / "instructions.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
@@ -122,11 +120,6 @@ def main() -> None:
         r = result[config]
         print(f"{config:10} {r['per_step']:12,.0f}  +{r['over_plain']:,.0f} ({r['ratio']:.4f}x)")
     print(f"saved to {out}")
-
-
-def _torch_version() -> str:
-    import torch
-    return torch.__version__
 
 
 if __name__ == "__main__":
