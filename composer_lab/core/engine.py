@@ -79,8 +79,9 @@ _NO_TRACES = Traces((str, (), [], Event.INIT))
 class Listening(NamedTuple):
     """Who listens at one ``event``: the ``algorithms`` asked ``match`` there and their trace
     ``labels`` (in list order: 'LabelSmoothing', 'LabelSmoothing#2'), the ``callbacks`` run there;
-    the event's ``phase`` (the logger's while it runs) and whether it ``asks`` (someone listens, or
-    a pass may add an algorithm: the passes run)."""
+    the event's ``phase`` (the logger's while it runs), whether it ``asks`` (someone listens, or
+    a pass may add an algorithm) and whether it ``orders`` what matched (the passes run: a pass
+    may add one, or two may match; with order-only passes, one that matched is left as it is)."""
 
     event: Event
     algorithms: tuple
@@ -88,6 +89,7 @@ class Listening(NamedTuple):
     callbacks: tuple
     phase: str
     asks: bool
+    orders: bool
 
 
 class Engine:
@@ -227,7 +229,7 @@ class Engine:
         self._listening = {e: Listening(e, at := tuple([a for a in algorithms if a.listens(e)]),
                                         tuple([self._labels[id(a)] for a in at]),
                                         tuple([c for c in callbacks if e in events_of[id(c)]]),
-                                        _PHASE[e], bool(at) or may_add)
+                                        _PHASE[e], bool(at) or may_add, len(at) > 1 or may_add)
                            for e in Event}
         self._generation = generation
 
@@ -239,7 +241,7 @@ class Engine:
         if self._generation != EditCountingList.generation:
             self._listen(Event(event))  # (a list or the passes changed since the last event; closed: raises)
         try:  # (an Event is a str: its value finds it too)
-            event, algorithms, labels, callbacks, phase, asks = self._listening[event]
+            event, algorithms, labels, callbacks, phase, asks, orders = self._listening[event]
         except (KeyError, TypeError):
             Event(event)  # (not an event: raises, naming the closest one)
             raise
@@ -253,7 +255,7 @@ class Engine:
         asked, traces, t0 = None, _NO_TRACES, _now() if recording else 0.0
         try:
             if callbacks and event is _INIT:
-                self._call_all(callbacks, "callback", "run_event", event, seq)  # on INIT, callbacks first
+                self._call_all(callbacks, "callback", event, seq)  # on INIT, callbacks first
             if asks:
                 matched, state = [], self.state
                 for algorithm in algorithms:  # (a loop, not a comprehension or a method: no frame of its own)
@@ -261,33 +263,38 @@ class Engine:
                         matched.append(algorithm)
                 if trace.records_unmatched and len(matched) < len(algorithms):
                     asked = labels  # the trace works out who said no when read
-                if not self._keep_singletons or len(matched) > 1:
+                if orders and (len(matched) > 1 or not self._keep_singletons):
                     matched = self._order(matched, event)
                 if matched:
                     if recording:
-                        codes = self._call_all(matched, "algorithm", "apply", event, seq)
+                        codes = self._call_all(matched, "algorithm", event, seq)
                     else:  # (the untraced step's calls, inline: no frame, nothing to record)
                         codes, logger = [], self.logger
                         for algorithm in matched:
                             codes.append(algorithm.apply(event, state, logger))
                     traces = _new(Traces, (trace.label, matched, codes, event))
             if callbacks and event is not _INIT:
-                self._call_all(callbacks, "callback", "run_event", event, seq)
+                self._call_all(callbacks, "callback", event, seq)
         finally:
-            if recording:
-                trace.record_event(seq, event, self.state, t0, asked)
+            if recording:  # the event's row, after its calls' (a full chunk of rows goes to parquet)
+                ts = self.state.timestamp
+                trace.add_event((seq, event._value_, ts.epoch, ts.batch, ts.batch_in_epoch, self.state.microbatch, t0,
+                                 _now(), asked))
+                if len(trace.event_rows) >= trace.chunk_rows:
+                    trace.spill()
         return traces
 
-    def _call_all(self, objs: Sequence[Any], kind: str, method: str, event: Event, seq: int) -> list:
-        """Call ``method`` of each of ``objs`` in order and return what each returned; with the
-        trace on, record each call: its duration, exit code, error and the State fields it changed
-        (the watcher compares it with the state the previous call left; a call may fire an event,
-        as Composer allows, whose calls have a watcher of their own)."""
-        state, logger, trace = self.state, self.logger, self.trace
+    def _call_all(self, objs: Sequence[Any], kind: str, event: Event, seq: int) -> list:
+        """Call each of ``objs`` in order (an algorithm's ``apply``, a callback's ``run_event``, as
+        ``kind`` says) and return what each returned; with the trace on, record each call: its
+        duration, exit code, error and the State fields it changed (the watcher compares it with
+        the state the previous call left; a call may fire an event, as Composer allows, whose
+        calls have a watcher of their own)."""
+        state, logger, trace, applies = self.state, self.logger, self.trace, kind == "algorithm"
         if not trace.recording:
             codes = []
             for obj in objs:  # (a loop, not a comprehension: no frame of its own)
-                codes.append(getattr(obj, method)(event, state, logger))
+                codes.append(obj.apply(event, state, logger) if applies else obj.run_event(event, state, logger))
             return codes
         watcher = self._watcher or self._new_watcher()  # (None: an event fired from a call, which has its own)
         self._watcher, codes, value, batch, labels = None, [], event._value_, state.timestamp.batch, self._labels
@@ -297,7 +304,7 @@ class Engine:
                 exit_code = error = None
                 t0 = _now()
                 try:
-                    exit_code = getattr(obj, method)(event, state, logger)
+                    exit_code = obj.apply(event, state, logger) if applies else obj.run_event(event, state, logger)
                 except BaseException as err:
                     error = f"{type(err).__name__}: {err}"
                     raise

@@ -24,7 +24,8 @@ BatchKey = Union[int, str, Callable[[Any], Any], tuple[Callable[[Any], Any], Cal
 set(batch, value) -> new batch)``, as Composer's ``State.batch_get_item`` takes."""
 
 _AUTOCAST_DTYPES = {"amp_bf16": torch.bfloat16, "amp_fp16": torch.float16}
-_NO_AUTOCAST = contextlib.nullcontext()  # reusable: entered twice a step in fp32
+NO_AUTOCAST = contextlib.nullcontext()
+"""What :meth:`State.precision_context` gives in fp32: nothing to enter (one object, told by identity)."""
 
 
 def batch_key(batch: Any, key: Union[int, str]) -> Union[int, str]:
@@ -248,7 +249,7 @@ class State:
         dtype = _AUTOCAST_DTYPES.get(self.precision)
         if dtype is not None:
             return torch.autocast(self.device.type, dtype=dtype)
-        return _NO_AUTOCAST
+        return NO_AUTOCAST
 
     # -- randomness -----------------------------------------------------------------------
     def generator(self, device: Union[str, torch.device, None] = None) -> torch.Generator:

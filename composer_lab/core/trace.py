@@ -144,7 +144,6 @@ TRACE_LEVELS = ("all", "ran", "off")
 calls that ran; 'off': nothing."""
 
 _PHASE_OF = {e.value: phase for e, phase in _PHASE.items()}
-_now = time.perf_counter
 
 
 class _Snapshot(NamedTuple):
@@ -174,8 +173,10 @@ class Trace:
         self.level, self.chunk_rows, self.seq, self._t0 = level, chunk_rows, -1, time.perf_counter()
         self.recording, self.records_unmatched = level != "off", level == "all"  # (plain: read at every event)
         self.event_rows, self.invocation_rows, self._notes = [], [], []  # lists of plain tuples (see below)
-        self.add_call = self.invocation_rows.append
-        """Record a call's row: an :class:`InvocationRecord`'s fields as a plain tuple."""
+        self.add_event, self.add_call = self.event_rows.append, self.invocation_rows.append
+        """Record an event's row, a call's row: an :class:`EventRecord`'s, an :class:`InvocationRecord`'s
+        fields as a plain tuple (an event's after its calls'; its ``seq`` the one set as :attr:`seq` when
+        it started: a read leaves out the rows of a seq above :attr:`seq`, events started after it began)."""
         self._store, self._tail = chunks.ChunkStore(folder, _KEYS), (None, {})  # (the rows in memory as columns)
         self._labels, self._label_counts, self._classes = {}, {}, {}  # id -> (obj, label), cls -> count, label -> cls
         self._cache: dict[str, tuple[tuple, pd.DataFrame]] = {}
@@ -199,18 +200,9 @@ class Trace:
     # Rows are plain tuples in the order of the schema's recorded columns: the garbage collector
     # stops tracking a plain tuple of numbers and strings, not a tuple subclass, and a long trace
     # of tracked rows made every collection, so every row, about ten times slower. Read them by
-    # name: EventRecord._make(row). add_call is the call list's own append (a Python method per
-    # call would cost more than the row).
-    def record_event(self, seq: int, event: Event, state: Any, t_start: float, asked: Optional[tuple]) -> None:
-        """Record ``event``'s row (its calls are recorded already) and spill a full chunk. ``seq``
-        is the one the engine set as :attr:`seq` when the event started (a read leaves out the
-        rows of a seq above :attr:`seq`: events started after it began)."""
-        ts, rows = state.timestamp, self.event_rows
-        rows.append((seq, event._value_, ts.epoch, ts.batch, ts.batch_in_epoch, state.microbatch, t_start, _now(),
-                     asked))
-        if len(rows) >= self.chunk_rows:
-            self.spill()  # a full chunk of rows goes to parquet: the trace's memory stays bounded
-
+    # name: EventRecord._make(row). The engine builds them where it has their values and appends
+    # them with the lists' own appends, add_event and add_call (a Python method per row would
+    # cost more than the row), then calls spill() when event_rows holds chunk_rows.
     def note(self, kind: str, text: str, timestamp: Any = None) -> None:
         """Record something that is not an event: a setting changed from a widget, an
         interruption, a resumed checkpoint. It is tied to the last event fired."""

@@ -156,6 +156,7 @@ class ModelSignature(NamedTuple):
 
 
 _NOTHING = Fields(None, None, None, None, None, (), (), [], None)
+_WATCHED = object()  # (FieldWatcher._written of a call CallWrites watches)
 _new = tuple.__new__  # (a NamedTuple's own __new__ is Python code; _new(Fields, values) is not)
 
 
@@ -316,7 +317,7 @@ class FieldWatcher:
         self.checks_all: bool = type(self).checks_all  # (read at every call: an instance's own attribute reads faster)
         self._fields, self._model, self._walk, self._trusted = _NOTHING, None, None, False
         self._call_writes = CallWrites()
-        self._written: Any = None  # (the call under way: the function naming the fields it was seen to write, or None)
+        self._written: Any = None  # (the call under way: _WATCHED, the watcher's function naming the fields it wrote, or None)
         self._writes: Any = None  # (what the call under way declares at this event)
         self._event: Any = None
         self._reads_versions: set = set()  # (under the hooks: the events with a call CallWrites does not watch)
@@ -361,7 +362,7 @@ class FieldWatcher:
             if call_writes.step is not step:  # (their ids and storages read when first needed)
                 call_writes.step, call_writes.step_keys = step, None
             _push_mode(call_writes)
-            self._written = self._seen_written
+            self._written = _WATCHED
         else:
             self._written = self._signed()
 
@@ -371,18 +372,13 @@ class FieldWatcher:
         model = self._model
         if self._trusted or model is None or model.fired != self.hooks.fired:
             self._model, self._trusted = self._signature(), False
-        return self._model_moved
+        return FieldWatcher._model_moved
 
-    def _seen_written(self) -> tuple[str, ...]:
-        """The fields the call just run was seen to write, and the model if it registered a module
-        or parameter that changed its structure; leaves the :class:`CallWrites`."""
-        _pop_mode()
-        call_writes, walk = self._call_writes, self._walk
-        written = call_writes.wrote() if call_writes.noted else ()  # (the usual call: no torch function on them)
-        if walk.registered == self.hooks.registered:
-            return written
-        self._walk = now = _walk(self.state.model, self.hooks.registered)
-        return (*written, "model") if now.ids != walk.ids and "model" not in written else written
+    def _registered(self, written: tuple[str, ...]) -> tuple[str, ...]:
+        """``written`` and the model if the watched call just run registered a module or parameter
+        that changed the model's structure (walked again)."""
+        walk, self._walk = self._walk, _walk(self.state.model, self.hooks.registered)
+        return (*written, "model") if self._walk.ids != walk.ids and "model" not in written else written
 
     def _signature(self) -> ModelSignature:
         """The model's signature, from the last walk while no module or parameter was registered."""
@@ -411,7 +407,14 @@ class FieldWatcher:
         nothing, is told first, building nothing."""
         s, (batch, outputs, loss, model, optimizers, tensors, versions, lrs, _), written = (self.state, self._fields,
                                                                                          self._written)
-        written = written() if written is not None else ()
+        if written is _WATCHED:  # (the usual call, told here: what CallWrites saw, leaving it)
+            _pop_mode()
+            call_writes = self._call_writes
+            written = call_writes.wrote() if call_writes.noted else ()  # (no torch function on them: nothing)
+            if self._walk.registered != self.hooks.registered:
+                written = self._registered(written)
+        else:
+            written = written(self) if written is not None else ()
         if (not written and s.batch is batch and s.outputs is outputs and s.loss is loss and s.model is model
                 and s.optimizers is optimizers and (versions is None or tuple(map(_version, tensors)) == versions)
                 and (len(optimizers) == 1 and len(groups := optimizers[0].param_groups) == 1 == len(lrs)

@@ -16,7 +16,7 @@ from composer_lab.core.checks import check_positive_int
 from composer_lab.core.engine import Engine
 from composer_lab.core.event import Event
 from composer_lab.core.logger import Logger
-from composer_lab.core.state import EditCountingList, State
+from composer_lab.core.state import NO_AUTOCAST, EditCountingList, State
 from composer_lab.core.time import Time, TimeUnit
 from composer_lab.core.trace import Trace
 from composer_lab.trainer import distributed
@@ -376,12 +376,19 @@ class Trainer:
         precision = state.precision_context()
         state.microbatch, state.batch = index, microbatch
         run(BEFORE_FORWARD)
-        with precision, ddp.training_forward(state, last) as model:  # (under torchrun: DDP's wrapper)
-            state.outputs = adapter.forward(model, state.batch)
+        # fp32 on one process (the usual CPU step) enters no context: a nullcontext costs three Python calls
+        if precision is NO_AUTOCAST and not ddp.enabled:
+            state.outputs = adapter.forward(state.model, state.batch)
+        else:
+            with precision, ddp.training_forward(state, last) as model:  # (under torchrun: DDP's wrapper)
+                state.outputs = adapter.forward(model, state.batch)
         run(AFTER_FORWARD)
         run(BEFORE_LOSS)
-        with precision:
+        if precision is NO_AUTOCAST:
             state.loss = adapter.loss(state.model, state.outputs, state.batch)
+        else:
+            with precision:
+                state.loss = adapter.loss(state.model, state.outputs, state.batch)
         run(AFTER_LOSS)
         run(BEFORE_BACKWARD)
         loss = state.loss if share == 1.0 else state.loss * share
