@@ -376,7 +376,7 @@ class Trainer:
         precision = state.precision_context()
         state.microbatch, state.batch = index, microbatch
         run(BEFORE_FORWARD)
-        # fp32 on one process (the usual CPU step) enters no context: a nullcontext costs three Python calls
+        # fp32 on one process (the usual CPU step) enters no context: a nullcontext's enter and exit are Python calls
         if precision is NO_AUTOCAST and not ddp.enabled:
             state.outputs = adapter.forward(state.model, state.batch)
         else:

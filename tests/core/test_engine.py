@@ -324,6 +324,26 @@ def test_a_pass_that_inserts_an_algorithm_runs_it_even_when_nothing_matched(stat
     assert log == ["inserted", "A"]
 
 
+
+@pytest.mark.parametrize("listening", [1, 2])
+def test_a_pass_of_the_user_sees_a_lone_matched_algorithm_and_order_only_passes_need_two(state, listening):
+    """Only order-only passes may skip an event where fewer than two algorithms matched: a pass of
+    the user's runs at every event, and one that drops the lone matched algorithm drops it."""
+    log, seen = [], []
+    state.algorithms = [Recorder(name, [Event.BEFORE_LOSS] * (i < listening), log) for i, name in enumerate("AB")]
+
+    def drop_all(algorithms, event):
+        seen.append((event, [a.name for a in algorithms]))
+        return []
+
+    engine = Engine(state)
+    engine.run_event(Event.BEFORE_LOSS)
+    assert log == ["A", "B"][:listening]
+    engine.register_pass(drop_all)
+    engine.run_event(Event.BEFORE_LOSS)
+    assert log == ["A", "B"][:listening]  # (dropped: nothing ran the second time)
+    assert (Event.BEFORE_LOSS, ["A", "B"][:listening]) in seen
+
 # -- what run_event returns (Composer's Traces) ---------------------------------------------------
 class Returns(Recorder):
     def __init__(self, name, code, log):
