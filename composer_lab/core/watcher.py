@@ -156,7 +156,7 @@ class ModelSignature(NamedTuple):
 
 
 _NOTHING = Fields(None, None, None, None, None, (), (), [], None)
-_WATCHED = object()  # (FieldWatcher._written of a call CallWrites watches)
+_WATCHED, _SIGNED = object(), object()  # (FieldWatcher._written: the call is watched by CallWrites, compared on signatures)
 _new = tuple.__new__  # (a NamedTuple's own __new__ is Python code; _new(Fields, values) is not)
 
 
@@ -317,7 +317,7 @@ class FieldWatcher:
         self.checks_all: bool = type(self).checks_all  # (read at every call: an instance's own attribute reads faster)
         self._fields, self._model, self._walk, self._trusted = _NOTHING, None, None, False
         self._call_writes = CallWrites()
-        self._written: Any = None  # (the call under way: _WATCHED, the watcher's function naming the fields it wrote, or None)
+        self._written: Any = None  # (how the call under way is compared: _WATCHED, _SIGNED, or None: trusted)
         self._writes: Any = None  # (what the call under way declares at this event)
         self._event: Any = None
         self._reads_versions: set = set()  # (under the hooks: the events with a call CallWrites does not watch)
@@ -366,13 +366,13 @@ class FieldWatcher:
         else:
             self._written = self._signed()
 
-    def _signed(self) -> Any:
+    def _signed(self) -> object:
         """Compare the call on the model's signature: measured afresh after a trusted call (the
         next call is not blamed for what a trusted one did) or a hook."""
         model = self._model
         if self._trusted or model is None or model.fired != self.hooks.fired:
             self._model, self._trusted = self._signature(), False
-        return FieldWatcher._model_moved
+        return _SIGNED
 
     def _registered(self, written: tuple[str, ...]) -> tuple[str, ...]:
         """``written`` and the model if the watched call just run registered a module or parameter
@@ -414,7 +414,7 @@ class FieldWatcher:
             if self._walk.registered != self.hooks.registered:
                 written = self._registered(written)
         else:
-            written = written(self) if written is not None else ()
+            written = self._model_moved() if written is _SIGNED else ()
         if (not written and s.batch is batch and s.outputs is outputs and s.loss is loss and s.model is model
                 and s.optimizers is optimizers and (versions is None or tuple(map(_version, tensors)) == versions)
                 and (len(optimizers) == 1 and len(groups := optimizers[0].param_groups) == 1 == len(lrs)

@@ -324,7 +324,6 @@ def test_a_pass_that_inserts_an_algorithm_runs_it_even_when_nothing_matched(stat
     assert log == ["inserted", "A"]
 
 
-
 @pytest.mark.parametrize("listening", [1, 2])
 def test_a_pass_of_the_user_sees_a_lone_matched_algorithm_and_order_only_passes_need_two(state, listening):
     """Only order-only passes may skip an event where fewer than two algorithms matched: a pass of
@@ -343,6 +342,7 @@ def test_a_pass_of_the_user_sees_a_lone_matched_algorithm_and_order_only_passes_
     engine.run_event(Event.BEFORE_LOSS)
     assert log == ["A", "B"][:listening]  # (dropped: nothing ran the second time)
     assert (Event.BEFORE_LOSS, ["A", "B"][:listening]) in seen
+
 
 # -- what run_event returns (Composer's Traces) ---------------------------------------------------
 class Returns(Recorder):
