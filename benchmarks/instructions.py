@@ -1,13 +1,17 @@
 """Instructions per training step, counted by valgrind's callgrind: a figure that machine noise cannot move.
 
-The workload of ``trainer_overhead.py`` (MLP 784-256-10, batch 64, SGD with momentum, one thread) in
-four configurations: the plain loop; ``Trainer.fit`` with no algorithm, trace off (the trainer's
-loop); with the 10 no-op algorithms, trace off; the same with trace 'all'. Each configuration runs
-in a process of its own under ``valgrind --tool=callgrind``, which counts only inside two fits, of
-50 and of 150 steps, built beforehand (the count is switched on inside ``operator.methodcaller``
-and ``functools.reduce`` calls wrapped around them, whose inclusive counts callgrind reports); the
-difference over 100 steps leaves out each fit's start and end. The garbage collector's old objects
-are frozen first, so a full collection that falls in one fit and not the other does not count.
+The workload of ``trainer_overhead.py`` (MLP 784-256-10, batch 64, SGD with momentum, one thread) as
+the plain loop and in each configuration of ``step_profile.py``: ``Trainer.fit`` with no algorithm,
+trace off (the trainer's loop); with the 10 no-op algorithms, trace off (events and calls); the
+same declaring ``writes = frozenset()``, trace 'all' (the trace); undeclared (watching the model);
+with the progress bar. Each runs in a process of its own under ``valgrind --tool=callgrind``, which
+counts only inside two fits, of 50 and of 150 steps, built beforehand (the count is switched on
+inside ``operator.methodcaller`` and ``functools.reduce`` calls wrapped around them, whose inclusive
+counts callgrind reports); the difference over 100 steps leaves out each fit's start and end, and
+takes in two of the trainer's flushes (every 50 batches). The garbage collector's old objects are
+frozen first, so a full collection that falls in one fit and not the other does not count. The
+parts of the step are the differences between successive configurations: ``step_profile.py``'s
+profile, counted exactly.
 
 Instructions are not time: an instruction of torch's kernels takes a fraction of a cycle, one of
 the interpreter's more, and a cache miss costs no instruction at all. The counts decide whether a
@@ -17,7 +21,7 @@ change of the Python on the hot path does less work, exactly, where a timed A/B 
 bytecodes than five ``is`` tests and three times the instructions.) Needs valgrind; about seven
 minutes a configuration, two at a time. Writes benchmarks/results/instructions.json.
 
-    python benchmarks/instructions.py [--jobs 2] [--configs plain trainer off all]
+    python benchmarks/instructions.py [--jobs 2] [--configs plain trainer off declared all bar]
 """
 
 from __future__ import annotations
@@ -38,7 +42,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-CONFIGS = ("plain", "trainer", "off", "all")
+CONFIGS = {"plain": "plain loop", "trainer": "trainer loop", "off": "events and calls", "declared": "trace 'all'",
+           "all": "watching the model", "bar": "progress bar"}
+"""Each configuration's short name and its name in ``step_profile.CONFIGURATIONS`` (the profile's parts, in order)."""
 STEPS = (50, 150)
 HERE = Path(__file__).resolve().parent
 
@@ -46,7 +52,8 @@ HERE = Path(__file__).resolve().parent
 def worker(config: str) -> None:
     """Build the two fits of ``config``, then run them inside the two counted calls."""
     sys.path.insert(0, str(HERE))
-    from trainer_overhead import STEP_EVENTS, Touch, make_batches, make_model, make_optimizer
+    from step_profile import CONFIGURATIONS
+    from trainer_overhead import STEP_EVENTS, make_batches, make_model, make_optimizer
 
     from composer_lab import Trainer
 
@@ -58,10 +65,10 @@ def worker(config: str) -> None:
         optimizer = make_optimizer(model)
         if config == "plain":
             return lambda: _plain_loop(data, model, optimizer)
-        algorithms = [] if config == "trainer" else [Touch(e) for e in STEP_EVENTS]
+        algorithm, trace, progress_bar = CONFIGURATIONS[CONFIGS[config]]
         trainer = Trainer(model, data, f"{steps}ba", loss_fn=nn.functional.cross_entropy, optimizers=optimizer,
-                          algorithms=algorithms, device="cpu", trace="all" if config == "all" else "off",
-                          progress_bar=False)
+                          algorithms=[algorithm(e) for e in STEP_EVENTS] if algorithm else [], device="cpu",
+                          trace=trace, progress_bar=progress_bar)
         return trainer.fit
 
     prepare(20)()  # every path warmed once
@@ -98,27 +105,30 @@ def count(config: str, folder: str) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=2, help="configurations counted at once (one core each)")
-    parser.add_argument("--configs", nargs="+", choices=CONFIGS, default=list(CONFIGS))
+    parser.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS))
     parser.add_argument("--worker", choices=CONFIGS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         return worker(args.worker)
-    configs = ["plain", *[c for c in args.configs if c != "plain"]]
+    configs = [c for c in CONFIGS if c in args.configs or c == "plain"]
     with tempfile.TemporaryDirectory() as folder, ThreadPoolExecutor(args.jobs) as pool:
         per_step = dict(zip(configs, pool.map(lambda c: count(c, folder), configs)))
     plain = per_step["plain"]
+    parts = {CONFIGS[config]: per_step[config] - per_step[before] for before, config in zip(configs, configs[1:])}
     result = {"benchmark": "instructions", "steps": STEPS[1] - STEPS[0], "plain_per_step": plain,
               **{config: {"per_step": n, "over_plain": n - plain, "ratio": n / plain}
                  for config, n in per_step.items() if config != "plain"},
-              "torch": torch.__version__, "python": platform.python_version(), "machine": platform.machine()}
+              "parts": parts, "torch": torch.__version__, "python": platform.python_version(),
+              "machine": platform.machine()}
     out = HERE / "results" / "instructions.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     print(f"instructions per step (callgrind), torch {result['torch']}, Python {result['python']}")
-    print(f"plain loop {plain:12,.0f}")
-    for config in configs[1:]:
+    print(f"{'plain loop':22} {plain:12,.0f}")
+    for config, part in zip(configs[1:], parts.values()):
         r = result[config]
-        print(f"{config:10} {r['per_step']:12,.0f}  +{r['over_plain']:,.0f} ({r['ratio']:.4f}x)")
+        print(f"{'+ ' + CONFIGS[config]:22} {part:+12,.0f}  (step {r['per_step']:,.0f}: +{r['over_plain']:,.0f} over "
+              f"the plain loop, {r['ratio']:.4f}x)")
     print(f"saved to {out}")
 
 

@@ -81,7 +81,9 @@ class Listening(NamedTuple):
     ``labels`` (in list order: 'LabelSmoothing', 'LabelSmoothing#2'), the ``callbacks`` run there;
     the event's ``phase`` (the logger's while it runs), whether it ``asks`` (someone listens, or
     a pass may add an algorithm) and whether it ``orders`` what matched (the passes run: a pass
-    may add one, or two may match; with order-only passes, one that matched is left as it is)."""
+    may add one, or two may match; with order-only passes, one that matched is left as it is);
+    ``solo``: the one algorithm asked where nothing else happens (no callback, no pass runs), the
+    usual event of a step, which an untraced run answers in a few lines (else None)."""
 
     event: Event
     algorithms: tuple
@@ -90,6 +92,7 @@ class Listening(NamedTuple):
     phase: str
     asks: bool
     orders: bool
+    solo: Optional[Algorithm]
 
 
 class Engine:
@@ -228,8 +231,9 @@ class Engine:
         events_of, may_add = {id(c): listened_events(c) for c in callbacks}, not self._keep_singletons
         self._listening = {e: Listening(e, at := tuple([a for a in algorithms if a.listens(e)]),
                                         tuple([self._labels[id(a)] for a in at]),
-                                        tuple([c for c in callbacks if e in events_of[id(c)]]),
-                                        _PHASE[e], bool(at) or may_add, len(at) > 1 or may_add)
+                                        cbs := tuple([c for c in callbacks if e in events_of[id(c)]]),
+                                        _PHASE[e], bool(at) or may_add, len(at) > 1 or may_add,
+                                        at[0] if len(at) == 1 and not (cbs or may_add) else None)
                            for e in Event}
         self._generation = generation
 
@@ -241,7 +245,7 @@ class Engine:
         if self._generation != EditCountingList.generation:
             self._listen(Event(event))  # (a list or the passes changed since the last event; closed: raises)
         try:  # (an Event is a str: its value finds it too)
-            event, algorithms, labels, callbacks, phase, asks, orders = self._listening[event]
+            event, algorithms, labels, callbacks, phase, asks, orders, solo = self._listening[event]
         except (KeyError, TypeError):
             Event(event)  # (not an event: raises, naming the closest one)
             raise
@@ -250,8 +254,13 @@ class Engine:
         self.logger.phase = phase
         trace.seq = seq = trace.seq + 1
         recording = trace.recording
-        if not (asks or callbacks or recording):
-            return _NO_TRACES  # (nobody listens, and nothing to record)
+        if not recording:
+            if solo is not None:  # (the untraced step's usual event: one algorithm, nothing else to do)
+                if solo.match(event, self.state):
+                    return _new(Traces, (trace.label, [solo], [solo.apply(event, self.state, self.logger)], event))
+                return _NO_TRACES
+            if not (asks or callbacks):
+                return _NO_TRACES  # (nobody listens, and nothing to record)
         asked, traces, t0 = None, _NO_TRACES, _now() if recording else 0.0
         try:
             if callbacks and event is _INIT:
@@ -261,7 +270,7 @@ class Engine:
                 for algorithm in algorithms:  # (a loop, not a comprehension or a method: no frame of its own)
                     if algorithm.match(event, state):
                         matched.append(algorithm)
-                if trace.records_unmatched and len(matched) < len(algorithms):
+                if len(matched) < len(algorithms) and trace.records_unmatched:
                     asked = labels  # the trace works out who said no when read
                 if orders and (len(matched) > 1 or not self._keep_singletons):
                     matched = self._order(matched, event)

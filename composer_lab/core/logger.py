@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import operator
 import threading
-from itertools import compress, count, repeat
+from itertools import chain, compress, count, repeat
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 import numpy as np
@@ -16,9 +16,11 @@ from composer_lab.chunks import columns
 if TYPE_CHECKING:
     from composer_lab.core.state import State
 
-__all__ = ["Logger", "METRIC_COLUMNS", "stack_scalars"]
+__all__ = ["Logger", "METRIC_COLUMNS", "WRITE_ROWS", "stack_scalars"]
 
 METRIC_COLUMNS = ("batch", "epoch", "phase", "name", "value")
+WRITE_ROWS = 4096
+"""Rows flushed that the logger writes to its columns at once, if no read of :attr:`Logger.metrics` did before."""
 
 
 class Logger:
@@ -26,9 +28,11 @@ class Logger:
 
     Values may be tensors: they are kept as they are (no device-to-host copy on the hot path)
     until :meth:`flush` (the trainer's flush points, or a read of :attr:`metrics`) copies those
-    logged since the last flush to the host in bulk, one transfer per device, and appends their
-    rows to growing columns: a read costs time in proportion to the rows new since the last.
-    ``phase`` follows the event being run ('fit', 'eval' or 'predict'); the engine sets it.
+    logged since the last flush to the host in bulk, one transfer per device. Their rows join
+    growing columns at the next read, or once :data:`WRITE_ROWS` of them wait (a write to the
+    columns costs about as much for 100 rows as for thousands): a read costs time in proportion
+    to the rows new since the last. ``phase`` follows the event being run ('fit', 'eval' or
+    'predict'); the engine sets it.
     """
 
     def __init__(self, state: Optional[State] = None) -> None:
@@ -36,11 +40,12 @@ class Logger:
         self.latest: dict[str, float] = {}
         """Each name's last value as of the last flush (what the progress bar shows: no sync)."""
         self._rows: list[tuple] = []  # logged since the last flush
+        self._flushed: list[list] = []  # flushed since the last write to the columns: their columns, as lists
+        self._flushed_rows = 0
         self._codes: dict[str, dict[str, int]] = {"phase": {}, "name": {}}  # category -> code, first seen first
         self._columns = {c: np.empty(0, np.float64 if c == "value" else np.int64) for c in METRIC_COLUMNS}
-        # rows flushed into the columns; the frame read of them; a lock for a read from another thread
-        self._size, self._frame, self._lock = 0, None, threading.RLock()
-        self.flush()
+        # rows written into the columns; the frames read of them; a lock for a read from another thread
+        self._size, self._numeric, self._frame, self._lock = 0, None, None, threading.RLock()
 
     def log_metrics(self, metrics: Mapping[str, Any], phase: Optional[str] = None) -> None:
         """Record each ``name: value`` at the current batch and epoch."""
@@ -68,39 +73,56 @@ class Logger:
         metrics, then those logged before the load that it lacks), in new columns, so a frame read
         before keeps its rows. Called before training (a resume)."""
         with self._lock:
-            self._columns = {column: values[:0] for column, values in self._columns.items()}  # (new at the flush)
-            self._rows, self._size, self._frame = list(rows), 0, None
+            self._columns = {column: values[:0] for column, values in self._columns.items()}  # (new at the write)
+            self._rows, self._flushed, self._flushed_rows = list(rows), [], 0
+            self._size, self._numeric, self._frame = 0, None, None
 
     def flush(self) -> None:
-        """Append the rows logged since the last flush to the columns, their tensor values copied
-        to the host together (one transfer per device). Safe to call from another thread: the rows
-        are taken by count, so a row the run appends meanwhile stays for the next flush."""
+        """Copy the tensor values of the rows logged since the last flush to the host together (one
+        transfer per device) and note each name's latest value; the rows join the columns at the next
+        read (or once :data:`WRITE_ROWS` wait). Safe to call from another thread: the rows are taken
+        by count, so a row the run appends meanwhile stays for the next flush."""
         with self._lock:
             rows = self._rows[:]
+            if not rows:
+                return
             del self._rows[:len(rows)]  # (not a new list: an append to the old one would be lost)
-            start, end = self._size, self._size + len(rows)
-            if end >= len(self._columns["batch"]):  # twice the length, rows copied; the frame viewing them made at a read
-                self._columns = {column: np.resize(values, start + end) for column, values in self._columns.items()}
-                self._numeric = None
             # (picked out by column: zip(*rows) makes an iterator per row, and a resumed checkpoint's
             # 400,000 rows then spent 1.2 s in the garbage collector)
-            new = dict(zip(METRIC_COLUMNS, columns(rows, len(METRIC_COLUMNS))))
-            _to_host_floats(new.get("value", []))
-            self.latest.update(zip(new.get("name", ()), new.get("value", ())))
-            for column, values in new.items():  # (phase and name as category codes, in the order first seen)
-                codes = self._codes.get(column)
-                if codes is not None:
-                    for category in dict.fromkeys(values):  # (each category once; the rows' codes in a C loop)
-                        codes.setdefault(category, len(codes))
-                    values = list(map(codes.__getitem__, values))
-                self._columns[column][start:end] = values
-            self._size, self._frame = end, self._frame if start == end else None
+            new = columns(rows, len(METRIC_COLUMNS))
+            *_, names, values = new
+            _to_host_floats(values)
+            self.latest.update(zip(names, values))
+            self._flushed.append(new)
+            self._flushed_rows += len(rows)
+            if self._flushed_rows >= WRITE_ROWS:
+                self._write()
+
+    def _write(self) -> None:
+        """Append the flushed rows to the columns (twice the length when full, the rows copied)."""
+        if not self._flushed:
+            return
+        new = [list(chain.from_iterable(parts)) for parts in zip(*self._flushed)]
+        start, end = self._size, self._size + self._flushed_rows
+        self._flushed, self._flushed_rows = [], 0
+        if end >= len(self._columns["batch"]):  # (the frame viewing them is made again at a read)
+            self._columns = {column: np.resize(values, start + end) for column, values in self._columns.items()}
+            self._numeric = None
+        for column, values in zip(METRIC_COLUMNS, new):  # (phase and name as category codes, in the order first seen)
+            codes = self._codes.get(column)
+            if codes is not None:
+                for category in dict.fromkeys(values):  # (each category once; the rows' codes in a C loop)
+                    codes.setdefault(category, len(codes))
+                values = list(map(codes.__getitem__, values))
+            self._columns[column][start:end] = values
+        self._size, self._frame = end, None
 
     @property
     def metrics(self) -> pd.DataFrame:
         """A tidy DataFrame: ``batch``, ``epoch``, ``phase``, ``name``, ``value`` (float)."""
         with self._lock:  # (reentrant: flush takes it too)
             self.flush()
+            self._write()
             if self._numeric is None:  # (a frame viewing the numbers: made again after the columns grew)
                 self._numeric = pd.DataFrame(self._columns, columns=["batch", "epoch", "value"], copy=False)
             if self._frame is None:  # views of the columns (copy-on-write: a change to the frame copies)

@@ -234,11 +234,12 @@ class Timestamp:
                       duration: Optional[datetime.timedelta] = None) -> "Timestamp":
         """The timestamp after one more batch of ``samples`` examples that took ``duration`` (as in
         Composer, ``batch_wct`` becomes ``duration``, zero if not given)."""
-        samples, duration = int(samples), _NO_TIME if duration is None else duration
+        samples = int(samples)
+        total, epoch, duration = ((self.total_wct, self.epoch_wct, _NO_TIME) if duration is None  # (the trainer's, every batch)
+                                  else (self.total_wct + duration, self.epoch_wct + duration, duration))
         return _timestamp({"epoch": self.epoch, "batch": self.batch + 1, "sample": self.sample + samples,
                            "batch_in_epoch": self.batch_in_epoch + 1, "sample_in_epoch": self.sample_in_epoch + samples,
-                           "total_wct": self.total_wct + duration, "epoch_wct": self.epoch_wct + duration,
-                           "batch_wct": duration})
+                           "total_wct": total, "epoch_wct": epoch, "batch_wct": duration})
 
     def to_next_epoch(self, duration: Optional[datetime.timedelta] = None) -> "Timestamp":
         """The timestamp at the start of the next epoch (in-epoch counts and clock back to 0)."""
