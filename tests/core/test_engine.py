@@ -367,6 +367,36 @@ def test_run_event_returns_each_algorithms_exit_code_and_order(state):
     assert Engine(state, trace="off").run_event(Event.BEFORE_LOSS)["Returns/before_loss"].exit_code == 3
 
 
+
+class Sometimes(Returns):
+    """Matches only while ``on``."""
+
+    on = True
+
+    def match(self, event, state):
+        return self.on and super().match(event, state)
+
+
+@pytest.mark.parametrize("trace", ["all", "off"])
+def test_an_event_of_one_algorithm_runs_as_any_other_traced_or_not(state, trace):
+    """The untraced run answers an event where one algorithm listens and nothing else happens in a
+    few lines: it returns what a traced one does, applies nothing when the algorithm does not
+    match, and leaves that way once a callback or a pass of the user's is there too."""
+    log = []
+    algorithm = Sometimes("A", 7, log)
+    state.algorithms = [algorithm]
+    engine = Engine(state, trace=trace)
+    assert engine.run_event(Event.BEFORE_LOSS) == {"Sometimes/before_loss": AlgorithmTrace(7, 0)} and log == ["A"]
+    algorithm.on = False
+    assert engine.run_event(Event.BEFORE_LOSS) == {} and log == ["A"]
+    algorithm.on = True
+    state.callbacks = [LogCallback(log)]
+    engine.run_event(Event.AFTER_LOSS)
+    assert log == ["A", "A", "cb:after_loss"]
+    engine.register_pass(lambda algorithms, event: [*algorithms, Returns("B", 0, log)])
+    assert list(engine.run_event(Event.BEFORE_LOSS)) == ["Sometimes/before_loss", "Returns/before_loss"]
+    assert log[3:] == ["A", "B"]
+
 # -- Algorithm.match from the declared events -----------------------------------------------------
 class Declares(Algorithm):
     events = frozenset({Event.AFTER_LOSS})

@@ -77,3 +77,23 @@ def test_reads_between_flushes_see_every_row_as_the_columns_grow():
     assert final["name"].tolist() == ["loss", "lr"] * 40 and (final["phase"] == "fit").all()
     for frame in frames:
         pd.testing.assert_frame_equal(frame, final.iloc[:len(frame)])
+
+
+def test_flushed_rows_wait_for_a_read_and_at_most_write_rows_of_them(monkeypatch):
+    """A flush copies the values to the host; the rows join the columns at a read, or once
+    WRITE_ROWS of them wait (a long run that nobody reads holds no more rows than that as objects)."""
+    import torch
+
+    from composer_lab.core import logger as logger_module
+
+    monkeypatch.setattr(logger_module, "WRITE_ROWS", 30)
+    logger, waiting = Logger(), []
+    for batch in range(100):
+        logger.log_metrics({"loss": torch.tensor(float(batch)), "lr": 0.1})
+        if batch % 5 == 4:
+            logger.flush()
+            waiting.append(logger._flushed_rows)
+    assert max(waiting) < 30 and waiting[:3] == [10, 20, 0]  # (written at the 30th row)
+    assert logger.latest == {"loss": 99.0, "lr": 0.1}
+    frame = logger.metrics
+    assert frame["value"].tolist()[::2] == [float(b) for b in range(100)] and logger._flushed_rows == 0
