@@ -1,19 +1,18 @@
 """Instructions per training step, counted by valgrind's callgrind: a figure that machine noise cannot move.
 
 The workload of ``trainer_overhead.py`` (MLP 784-256-10, batch 64, SGD with momentum, one thread) as
-the plain loop and in each configuration of ``step_profile.py``: ``Trainer.fit`` with no algorithm,
-trace off (the trainer's loop), counted also with no flush before the fit's end (``flush_interval``
-past the run: what the flushes every 50 batches cost, the non-finite check and the logger's copy of
-the losses to the host); with the 10 no-op algorithms, trace off (events and calls); the same
-declaring ``writes = frozenset()``, trace 'all' (the trace); undeclared (watching the model); with
-the progress bar. Each runs in a process of its own under ``valgrind --tool=callgrind``, which
-counts only inside two fits, of 50 and of 150 steps, built beforehand (the count is switched on
-inside ``operator.methodcaller`` and ``functools.reduce`` calls wrapped around them, whose inclusive
-counts callgrind reports); the difference over 100 steps leaves out each fit's start and end, and
-takes in two of the trainer's flushes (every 50 batches). The garbage collector's old objects are
-frozen first, so a full collection that falls in one fit and not the other does not count. The
-parts of the step are the differences between successive configurations: ``step_profile.py``'s
-profile, counted exactly.
+the plain loop and in the configurations of ``step_profile.py``: ``Trainer.fit`` with no algorithm,
+trace off (the trainer's loop); with the 10 no-op algorithms, trace off (events and calls); the
+same declaring ``writes = frozenset()``, trace 'all' (the trace); undeclared (watching the model).
+Each runs in a process of its own under ``valgrind --tool=callgrind``, which counts only inside two
+fits, of 50 and of 150 steps, built beforehand (the count is switched on inside
+``operator.methodcaller`` and ``functools.reduce`` calls wrapped around them, whose inclusive
+counts callgrind reports); the difference over 100 steps leaves out each fit's start and end. The
+garbage collector's old objects are frozen first, so a full collection that falls in one fit and
+not the other does not count. The parts of the step are the differences between successive
+configurations: ``step_profile.py``'s profile, counted exactly. The progress bar is left out: it
+redraws by the wall clock (tqdm, every 0.1 s), and under valgrind a step takes 50 times as long,
+so its count here would be many times its share of a real step.
 
 Instructions are not time: an instruction of torch's kernels takes a fraction of a cycle, one of
 the interpreter's more, and a cache miss costs no instruction at all. The counts decide whether a
@@ -23,7 +22,7 @@ change of the Python on the hot path does less work, exactly, where a timed A/B 
 bytecodes than five ``is`` tests and three times the instructions.) Needs valgrind; about seven
 minutes a configuration, two at a time. Writes benchmarks/results/instructions.json.
 
-    python benchmarks/instructions.py [--jobs 2] [--configs plain noflush trainer off declared all bar]
+    python benchmarks/instructions.py [--jobs 2] [--configs plain trainer off declared all]
 """
 
 from __future__ import annotations
@@ -44,11 +43,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-CONFIGS = {"plain": "plain loop", "noflush": "trainer loop, no flush", "trainer": "flushes", "off": "events and calls",
-           "declared": "trace 'all'", "all": "watching the model", "bar": "progress bar"}
-"""Each configuration's short name and the part of the step it adds to the one before (the profile's
-parts, in order; from 'flushes' on, the configuration of that name in ``step_profile.CONFIGURATIONS``)."""
-_PROFILED = {"noflush": "trainer loop", "trainer": "trainer loop"}  # (the trainer's loop, without and with its flushes)
+CONFIGS = {"plain": "plain loop", "trainer": "trainer loop", "off": "events and calls", "declared": "trace 'all'",
+           "all": "watching the model"}
+"""Each configuration's short name and its name in ``step_profile.CONFIGURATIONS`` (the profile's parts, in order)."""
 STEPS = (50, 150)
 HERE = Path(__file__).resolve().parent
 
@@ -69,11 +66,10 @@ def worker(config: str) -> None:
         optimizer = make_optimizer(model)
         if config == "plain":
             return lambda: _plain_loop(data, model, optimizer)
-        algorithm, trace, progress_bar = CONFIGURATIONS[_PROFILED.get(config, CONFIGS[config])]
+        algorithm, trace, progress_bar = CONFIGURATIONS[CONFIGS[config]]
         trainer = Trainer(model, data, f"{steps}ba", loss_fn=nn.functional.cross_entropy, optimizers=optimizer,
                           algorithms=[algorithm(e) for e in STEP_EVENTS] if algorithm else [], device="cpu",
-                          trace=trace, progress_bar=progress_bar,
-                          **({"flush_interval": 10 * steps} if config == "noflush" else {}))
+                          trace=trace, progress_bar=progress_bar)
         return trainer.fit
 
     prepare(20)()  # every path warmed once
