@@ -8,7 +8,7 @@ every call, in one of two ways. Under the engine's :class:`ModelHooks` (inside
 ``'model'`` (a declaration is trusted) is watched by :class:`CallWrites`, which sees what the call
 does: the torch functions it runs on the model's parameters or on the step's tensors (batch,
 outputs, loss), or on any tensor that shares their storage (a view, ``.data``, ``detach()``),
-while the hooks tell a module or parameter registered; the cost is in the call's operations, not
+while the hooks tell a module or parameter registered or removed; the cost is in the call's operations, not
 in the model's size, and the step's versions are read only around the calls it does not watch.
 Without the hooks (events run by hand), the step's versions are read around every call and a
 :class:`ModelSignature` of every parameter's version and flags is taken around the calls that
@@ -20,7 +20,7 @@ declaration: it compares the model's signature around every call and raises
 from __future__ import annotations
 
 from contextlib import contextmanager
-from itertools import repeat
+from itertools import count, repeat
 from operator import attrgetter
 from typing import Any, Iterator, NamedTuple, Optional
 
@@ -32,7 +32,7 @@ from torch.overrides import TorchFunctionMode
 from composer_lab.core.event import Event
 
 __all__ = ["TRACKED_FIELDS", "FieldWatcher", "CheckedWatcher", "ModelHooks", "CallWrites", "UndeclaredWrite",
-           "UNHOOKED"]
+           "UNHOOKED", "register_module_removal_hook"]
 
 TRACKED_FIELDS = ("batch", "outputs", "loss", "model", "optimizers")
 
@@ -57,12 +57,71 @@ class UndeclaredWrite(ValueError):
     """A call changed a State field that its ``writes`` declaration leaves out."""
 
 
+_removal_hooks: dict[int, Any] = {}  # key -> hook(module, name), while some ModelHooks is installed
+_removal_keys = count()
+_unpatched: dict[str, Any] = {}  # Module's own __delattr__ and register_parameter, while patched
+
+
+def _tell_removal(module: Any, name: str) -> None:
+    for hook in list(_removal_hooks.values()):  # (a copy: another thread may install or remove one)
+        hook(module, name)
+
+
+def _delattr_telling(module: Any, name: str) -> None:
+    """``Module.__delattr__``, then the removal hooks if a parameter or a submodule went."""
+    removes = name in module.__dict__.get("_parameters", ()) or name in module.__dict__.get("_modules", ())
+    _unpatched["__delattr__"](module, name)
+    if removes:
+        _tell_removal(module, name)
+
+
+def _register_parameter_telling(module: Any, name: str, param: Any) -> None:
+    """``Module.register_parameter``, then the removal hooks if the parameter is None (``m.bias = None``)."""
+    _unpatched["register_parameter"](module, name, param)
+    if param is None:
+        _tell_removal(module, name)
+
+
+_TELLING = {"__delattr__": _delattr_telling, "register_parameter": _register_parameter_telling}
+
+
+class _RemovalHandle:
+    """Removes one removal hook; the last one gives Module back its own methods (unless another
+    library patched them since: ours then stays under theirs, telling nobody)."""
+
+    def __init__(self, key: int) -> None:
+        self.key = key
+
+    def remove(self) -> None:
+        _removal_hooks.pop(self.key, None)
+        if not _removal_hooks and _unpatched:
+            for name, method in _TELLING.items():
+                if _Module.__dict__.get(name) is method:
+                    setattr(_Module, name, _unpatched[name])
+            _unpatched.clear()
+
+
+def register_module_removal_hook(hook: Any) -> _RemovalHandle:
+    """Call ``hook(module, name)`` when a parameter or submodule leaves a module: ``del m.bias``,
+    ``del model[1]``, ``m.bias = None``. PyTorch has registration hooks only (and registering None
+    calls none), so ``Module.__delattr__`` and ``Module.register_parameter`` are wrapped while a
+    hook stands. A write to ``_parameters`` or ``_modules`` itself is not seen."""
+    if not _removal_hooks and not _unpatched:
+        for name, method in _TELLING.items():
+            _unpatched[name] = _Module.__dict__[name]
+            setattr(_Module, name, method)
+    key = next(_removal_keys)
+    _removal_hooks[key] = hook
+    return _RemovalHandle(key)
+
+
 class ModelHooks:
-    """PyTorch's global module registration and parameter registration hooks, and with
-    ``optimizer_steps`` its optimizer-step hook, one set per engine, installed while
-    :meth:`installed` is entered (nested uses share them) and removed after, so importing
-    composer_lab installs nothing. ``fired`` counts every hook call, ``registered`` the
-    registrations (both also move when the hooks come in or go): a watcher reuses what it measured
+    """PyTorch's global module registration and parameter registration hooks, ours for a parameter
+    or submodule removed (:func:`register_module_removal_hook`), and with ``optimizer_steps``
+    PyTorch's optimizer-step hook, one set per engine, installed while :meth:`installed` is
+    entered (nested uses share them) and removed after, so importing composer_lab installs
+    nothing. ``fired`` counts every hook call, ``registered`` the registrations and removals (both
+    also move when the hooks come in or go): a watcher reuses what it measured
     under the hooks while they stand still, and nothing measured without them (it notes
     :data:`UNHOOKED` as the counts then). Only a model signature reused across events needs to hear
     of optimizer steps (a :class:`CheckedWatcher`'s): watched calls do not, and a hook called at
@@ -74,7 +133,7 @@ class ModelHooks:
         self._handles: list = []
 
     def _on_hook(self, first: Any, *args: Any) -> None:
-        """A module or parameter registered (``first`` is the module) or an optimizer stepped."""
+        """A module or parameter registered or removed (``first`` is the module) or an optimizer stepped."""
         self.registered += not isinstance(first, _Optimizer)
         self.fired += 1
 
@@ -83,7 +142,8 @@ class ModelHooks:
         """The hooks, for the duration."""
         if self.depth == 0:
             self._handles = [torch.nn.modules.module.register_module_module_registration_hook(self._on_hook),
-                             torch.nn.modules.module.register_module_parameter_registration_hook(self._on_hook)]
+                             torch.nn.modules.module.register_module_parameter_registration_hook(self._on_hook),
+                             register_module_removal_hook(self._on_hook)]
             if self.optimizer_steps:
                 self._handles.append(_optimizer_hooks.register_optimizer_step_post_hook(self._on_hook))
         self.depth += 1

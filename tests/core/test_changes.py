@@ -104,6 +104,36 @@ def test_an_optimizer_step_between_events_is_blamed_on_no_call():
     assert list(calls[calls.matched].changed) == [(), ()]
 
 
+
+class DropsBias(Algorithm):
+    """Sets the first layer's bias to None at AFTER_LOSS (``writes`` undeclared)."""
+
+    events = frozenset({Event.AFTER_LOSS})
+
+    def apply(self, event, state, logger):
+        state.model[0].bias = None
+
+
+def test_removal_hooks_stand_while_some_engine_watches_and_module_is_given_back_after():
+    """A parameter set to None calls no hook of PyTorch's: while an engine watches, Module's
+    ``register_parameter`` and ``__delattr__`` are wrapped to tell it; two engines watching in
+    turns overlapping (not nested) each hear it while watching, and once neither does, Module has
+    its own methods again (importing composer_lab or leaving watching() patches nothing)."""
+    own = nn.Module.__dict__["__delattr__"], nn.Module.__dict__["register_parameter"]
+    first, second = (engine_over(nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2)), [DropsBias()]) for _ in range(2))
+    watching_first, watching_second = first.watching(), second.watching()
+    watching_first.__enter__()
+    watching_second.__enter__()
+    watching_first.__exit__(None, None, None)  # (the first leaves while the second still watches)
+    assert (nn.Module.__dict__["__delattr__"], nn.Module.__dict__["register_parameter"]) != own
+    second.run_event(Event.AFTER_LOSS)
+    watching_second.__exit__(None, None, None)
+    assert (nn.Module.__dict__["__delattr__"], nn.Module.__dict__["register_parameter"]) == own
+    with first.watching():
+        first.run_event(Event.AFTER_LOSS)
+    assert changed_by(first) == changed_by(second) == {"DropsBias": ("model",)}
+    assert (nn.Module.__dict__["__delattr__"], nn.Module.__dict__["register_parameter"]) == own
+
 @pytest.mark.parametrize("tensors", [4, 322])
 def test_calls_declaring_no_model_read_no_parameter(tensors):
     """The cost of a declared call does not grow with the model: not one parameter is read.
