@@ -39,7 +39,14 @@ def class_values(target: torch.Tensor, outputs_shape: Sequence[int],
             raise ValueError(f"targets of shape {target_shape} for outputs {shape} are class indices, which must "
                              f"be integers, got {target.dtype}; convert them with target.long(), or give "
                              f"per-class values of shape {shape}")
-        return torch.nn.functional.one_hot(target.long(), shape[1]).movedim(-1, 1).to(dtype)
+        try:
+            hot = torch.nn.functional.one_hot(target.long(), shape[1])
+        except RuntimeError as err:  # (torch checks the indices on the CPU; reading them here would sync a GPU)
+            raise ValueError(f"class indices must lie in [0, {shape[1]}) for outputs of shape {shape} ({err}); "
+                             f"per-class targets cannot mark a position to ignore (ignore_index, -100 in Hugging "
+                             f"Face labels): leave this algorithm out for such targets, or give every position "
+                             f"a class") from None
+        return hot.movedim(-1, 1).to(dtype)
     raise ValueError(f"cannot tell the form of targets of shape {target_shape} for outputs of shape {shape}: give "
                      f"class indices of shape {(shape[0], *shape[2:])} or per-class values of shape {shape} "
                      f"(the class dimension is dimension 1, as in Composer)")
