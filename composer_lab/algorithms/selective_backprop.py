@@ -115,14 +115,25 @@ def select_by_loss_rank(losses: torch.Tensor, count: int, keep: float,
 def score_examples(inputs: torch.Tensor, targets: Any, forward: Callable[[torch.Tensor], Any],
                    loss: Callable[[Any, Any], torch.Tensor], model: Any, scale_factor: float) -> torch.Tensor:
     """Per-example losses from a forward pass without gradients on downsampled inputs; a loss
-    per position (per token of a language model, per pixel) is averaged over each example's."""
+    per position (per token of a language model, per pixel) is averaged over each example's,
+    leaving out the positions whose class index is negative (ignored by the loss: -100, Hugging
+    Face's ``ignore_index``, where ``reduction='none'`` gives 0), so that padding does not make an
+    example look easy."""
     with torch.no_grad(), frozen_norm_statistics(model):
         losses = loss(forward(downsample(inputs, scale_factor)), targets)
     if losses.dim() == 0 or losses.shape[0] != inputs.shape[0]:
         raise ValueError(f"the loss with reduction='none' returned shape {tuple(losses.shape)}; Selective "
                          f"Backprop needs one loss per example, shape ({inputs.shape[0]},), or per example and "
                          f"position (per token, per pixel), shape ({inputs.shape[0]}, ...)")
-    return losses.flatten(1).mean(1) if losses.dim() > 1 else losses
+    if losses.dim() == 1:
+        return losses
+    if isinstance(targets, torch.Tensor) and not (targets.is_floating_point() or targets.is_complex()):
+        if targets.shape[:-1] == losses.shape[:-1] and targets.shape[-1] == losses.shape[-1] + 1:
+            targets = targets[..., 1:]  # (a causal model's loss: position t predicts label t + 1)
+        if targets.shape == losses.shape:  # (class indices per position)
+            counted = (targets >= 0).flatten(1).sum(1)
+            return losses.flatten(1).sum(1) / counted.clamp_min(1).to(losses.dtype)
+    return losses.flatten(1).mean(1)
 
 
 def select_using_loss(input: torch.Tensor, target: torch.Tensor, model: Callable[[torch.Tensor], Any],

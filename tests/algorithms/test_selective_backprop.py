@@ -276,3 +276,25 @@ def test_integer_per_example_losses_are_selected_and_logged_as_means(images):
     assert state.batch[0].shape[0] == 8
     assert metrics["sb/loss_all"] == pytest.approx(wrong.mean().item())
     assert 0 <= metrics["sb/loss_kept"] <= 1
+
+
+def test_per_token_scores_leave_out_the_positions_the_loss_ignores():
+    """Per-token losses average over the tokens the loss counts: padding labelled -100 (which
+    cross_entropy with reduction='none' scores 0) does not make an example look easy."""
+    from composer_lab.algorithms.selective_backprop import per_example_loss_fn, score_examples
+
+    loss = per_example_loss_fn(nn.functional.cross_entropy)
+    logits = torch.randn(2, 5, 6)  # (N, classes, tokens)
+    targets = torch.randint(0, 5, (2, 6))
+    targets[1, 3:] = -100  # the second example: half of it padding
+    per_token = nn.functional.cross_entropy(logits, targets, reduction="none")
+    scores = score_examples(torch.zeros(2, 6), targets, lambda x: logits, loss, None, 1)
+    expected = torch.stack([per_token[0].mean(), per_token[1, :3].mean()])
+    torch.testing.assert_close(scores, expected)
+    shifted = torch.cat([torch.zeros(2, 1, dtype=torch.long), targets], 1)  # (a causal model's: one label more)
+    causal = per_example_loss_fn(lambda outputs, labels, reduction: nn.functional.cross_entropy(
+        outputs, labels[..., 1:], reduction=reduction))
+    torch.testing.assert_close(score_examples(torch.zeros(2, 6), shifted, lambda x: logits, causal, None, 1), expected)
+    full = targets.clamp_min(0)  # (no position ignored: the plain mean)
+    torch.testing.assert_close(score_examples(torch.zeros(2, 6), full, lambda x: logits, loss, None, 1),
+                               nn.functional.cross_entropy(logits, full, reduction="none").mean(1))
