@@ -26,7 +26,10 @@ class MLflowLogger(Tracker):
     (``flush_interval``, as for :class:`Tracker`); at each fit's end the order the algorithms ran in
     at each event (``order/<event>``), the run folder (config, metrics and trace parquet) as
     artifacts under ``run/``, and the status: FINISHED, FAILED when the fit raised, KILLED when it
-    was interrupted. A later ``fit()`` of the same trainer continues the same MLflow run.
+    was interrupted. A later ``fit()`` of the same trainer continues the same MLflow run, and so
+    does a trainer resumed from a checkpoint of the run (its ``run_id``, tagged on the MLflow run,
+    finds it): the metric rows the checkpoint brings back were logged before and are not logged
+    again.
 
     ``tracking_uri`` (None: MLflow's default) is reached at construction: one that cannot be
     reached raises ValueError naming it, before any training. Open the UI with
@@ -46,6 +49,11 @@ class MLflowLogger(Tracker):
             self.store.client.update_run(self.run_id, status="RUNNING")
             return
         experiment = self.store.experiment(self.experiment_name)
+        resumed = self.store.find_run(experiment, {RUN_KEY: trainer.run_id})
+        if resumed is not None:  # (a checkpoint of a run logged here: its rows so far were logged with it)
+            self.run_id, self._read = resumed.info.run_id, len(trainer.metrics)
+            self.store.client.update_run(self.run_id, status="RUNNING")
+            return
         self.run_id = self.store.create_run(experiment, self.run_name or trainer.state.run_name,
                                             {RUN_KEY: trainer.run_id})
         self.store.log_params(self.run_id, run_params(trainer.to_run()))

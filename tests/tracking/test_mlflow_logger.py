@@ -58,6 +58,21 @@ def test_a_second_fit_continues_the_same_mlflow_run(uri):
     assert [step for step, _ in stored(client, first, ["loss/train"])["loss/train"]] == [0, 1, 2, 3, 4]
 
 
+def test_a_trainer_resumed_from_a_checkpoint_continues_its_mlflow_run(uri, tmp_path):
+    """The checkpoint carries the run's id, which the MLflow run is tagged with: the resumed trainer
+    logs into that run, each step once (the rows the checkpoint brings back are not logged again)."""
+    folder = tmp_path / "checkpoints"
+    first = MLflowLogger(uri, experiment_name="lab", flush_interval=1)
+    tiny_trainer([first], batches="3ba", save_folder=folder, save_interval="3ba").fit()
+    tracker = MLflowLogger(uri, experiment_name="lab", flush_interval=1)
+    resumed = tiny_trainer([tracker], batches="5ba", load_path=folder / "ep0-ba3.pt")
+    resumed.fit()
+    runs, client = read_back(uri)
+    assert list(runs["run_id"]) == [first.run_id] == [tracker.run_id] and runs["status"][0] == "FINISHED"
+    assert stored(client, tracker.run_id, ["loss/train"])["loss/train"] == histories(resumed.metrics)["loss/train"]
+    assert [step for step, _ in stored(client, tracker.run_id, ["loss/train"])["loss/train"]] == [0, 1, 2, 3, 4]
+
+
 @pytest.mark.parametrize("error, status", [(RuntimeError("boom"), "FAILED"), (KeyboardInterrupt(), "KILLED")])
 def test_a_run_killed_mid_fit_ends_failed_with_its_metrics_up_to_the_failure(uri, error, status):
     tracker = MLflowLogger(uri, experiment_name="lab", flush_interval=2)
