@@ -29,7 +29,7 @@ class MLflowLogger(Tracker):
     was interrupted. A later ``fit()`` of the same trainer continues the same MLflow run, and so
     does a trainer resumed from a checkpoint of the run (its ``run_id``, tagged on the MLflow run,
     finds it): the metric rows the checkpoint brings back were logged before and are not logged
-    again.
+    again (batches trained past the checkpoint before it was resumed are logged again when trained again).
 
     ``tracking_uri`` (None: MLflow's default) is reached at construction: one that cannot be
     reached raises ValueError naming it, before any training. Open the UI with
