@@ -59,7 +59,7 @@ class UndeclaredWrite(ValueError):
 
 _removal_hooks: dict[int, Any] = {}  # key -> hook(module, name), while some ModelHooks is installed
 _removal_keys = count()
-_unpatched: dict[str, Any] = {}  # Module's own __delattr__ and register_parameter, while patched
+_wrappers: dict[str, Any] = {}  # the Module method name -> our wrapper of it that we put there last
 
 
 def _tell_removal(module: Any, name: str) -> None:
@@ -67,38 +67,47 @@ def _tell_removal(module: Any, name: str) -> None:
         hook(module, name)
 
 
-def _delattr_telling(module: Any, name: str) -> None:
-    """``Module.__delattr__``, then the removal hooks if a parameter or a submodule went."""
-    removes = name in module.__dict__.get("_parameters", ()) or name in module.__dict__.get("_modules", ())
-    _unpatched["__delattr__"](module, name)
-    if removes:
-        _tell_removal(module, name)
+def _telling_delattr(delattr: Any) -> Any:
+    def __delattr__(module: Any, name: str) -> None:
+        """``Module.__delattr__``, then the removal hooks if a parameter or a submodule went."""
+        removes = name in module.__dict__.get("_parameters", ()) or name in module.__dict__.get("_modules", ())
+        delattr(module, name)
+        if removes:
+            _tell_removal(module, name)
+
+    __delattr__.wrapped = delattr
+    return __delattr__
 
 
-def _register_parameter_telling(module: Any, name: str, param: Any) -> None:
-    """``Module.register_parameter``, then the removal hooks if the parameter is None (``m.bias = None``)."""
-    _unpatched["register_parameter"](module, name, param)
-    if param is None:
-        _tell_removal(module, name)
+def _telling_register_parameter(register_parameter: Any) -> Any:
+    def register_parameter_telling(module: Any, name: str, param: Any) -> None:
+        """``Module.register_parameter``, then the removal hooks if the parameter is None (``m.bias = None``)."""
+        register_parameter(module, name, param)
+        if param is None:
+            _tell_removal(module, name)
+
+    register_parameter_telling.wrapped = register_parameter
+    return register_parameter_telling
 
 
-_TELLING = {"__delattr__": _delattr_telling, "register_parameter": _register_parameter_telling}
+_TELLING = {"__delattr__": _telling_delattr, "register_parameter": _telling_register_parameter}
 
 
 class _RemovalHandle:
-    """Removes one removal hook; the last one gives Module back its own methods (unless another
-    library patched them since: ours then stays under theirs, telling nobody)."""
+    """Removes one removal hook; the last one gives Module back the methods our wrappers wrap,
+    where ours are still on top (another library's wrapper over ours stays, and ours under it
+    goes on calling what it wraps)."""
 
     def __init__(self, key: int) -> None:
         self.key = key
 
     def remove(self) -> None:
         _removal_hooks.pop(self.key, None)
-        if not _removal_hooks and _unpatched:
-            for name, method in _TELLING.items():
-                if _Module.__dict__.get(name) is method:
-                    setattr(_Module, name, _unpatched[name])
-            _unpatched.clear()
+        if not _removal_hooks:
+            for name, wrapper in list(_wrappers.items()):
+                if _Module.__dict__.get(name) is wrapper:
+                    setattr(_Module, name, wrapper.wrapped)
+                del _wrappers[name]
 
 
 def register_module_removal_hook(hook: Any) -> _RemovalHandle:
@@ -106,10 +115,10 @@ def register_module_removal_hook(hook: Any) -> _RemovalHandle:
     ``del model[1]``, ``m.bias = None``. PyTorch has registration hooks only (and registering None
     calls none), so ``Module.__delattr__`` and ``Module.register_parameter`` are wrapped while a
     hook stands. A write to ``_parameters`` or ``_modules`` itself is not seen."""
-    if not _removal_hooks and not _unpatched:
-        for name, method in _TELLING.items():
-            _unpatched[name] = _Module.__dict__[name]
-            setattr(_Module, name, method)
+    for name, telling in _TELLING.items():
+        if name not in _wrappers:  # (ours not put there since the last hook went: wrap what is there now)
+            _wrappers[name] = telling(_Module.__dict__[name])
+            setattr(_Module, name, _wrappers[name])
     key = next(_removal_keys)
     _removal_hooks[key] = hook
     return _RemovalHandle(key)

@@ -105,6 +105,15 @@ def test_an_optimizer_step_between_events_is_blamed_on_no_call():
 
 
 
+class Deletes(Algorithm):
+    """Deletes the model's last layer at AFTER_LOSS (``writes`` undeclared)."""
+
+    events = frozenset({Event.AFTER_LOSS})
+
+    def apply(self, event, state, logger):
+        del state.model[1]
+
+
 class DropsBias(Algorithm):
     """Sets the first layer's bias to None at AFTER_LOSS (``writes`` undeclared)."""
 
@@ -133,6 +142,36 @@ def test_removal_hooks_stand_while_some_engine_watches_and_module_is_given_back_
         first.run_event(Event.AFTER_LOSS)
     assert changed_by(first) == changed_by(second) == {"DropsBias": ("model",)}
     assert (nn.Module.__dict__["__delattr__"], nn.Module.__dict__["register_parameter"]) == own
+
+
+def test_a_removal_hook_patched_over_by_another_library_keeps_working_under_it():
+    """Another library wraps ``Module.__delattr__`` while an engine watches: leaving watching()
+    leaves their wrapper (and ours under it, still deleting), and the next watching() hears removals
+    through both."""
+    own = nn.Module.__dict__["__delattr__"]
+    engine = engine_over(nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2)), [Deletes()])
+    seen = []
+
+    def wrap(wrapped):
+        def theirs(module, name):
+            seen.append(name)
+            return wrapped(module, name)
+        return theirs
+
+    try:
+        with engine.watching():
+            nn.Module.__delattr__ = wrap(nn.Module.__dict__["__delattr__"])
+        layer = nn.Linear(2, 2)
+        del layer.bias  # (theirs, then ours, then Module's: no hook stands to tell)
+        assert "bias" not in layer._parameters and seen == ["bias"]
+        with engine.watching():
+            engine.run_event(Event.AFTER_LOSS)
+        assert changed_by(engine) == {"Deletes": ("model",)} and len(engine.state.model) == 1
+    finally:
+        nn.Module.__delattr__ = own
+    with engine_over(nn.Linear(4, 2), []).watching():  # (their wrapper gone: ours goes on top of Module's again)
+        assert nn.Module.__dict__["__delattr__"].wrapped is own
+    assert nn.Module.__dict__["__delattr__"] is own
 
 @pytest.mark.parametrize("tensors", [4, 322])
 def test_calls_declaring_no_model_read_no_parameter(tensors):
