@@ -235,8 +235,10 @@ class Timestamp:
         """The timestamp after one more batch of ``samples`` examples that took ``duration`` (as in
         Composer, ``batch_wct`` becomes ``duration``, zero if not given)."""
         samples = int(samples)
-        total, epoch, duration = ((self.total_wct, self.epoch_wct, _NO_TIME) if duration is None  # (the trainer's, every batch)
-                                  else (self.total_wct + duration, self.epoch_wct + duration, duration))
+        if duration is None:  # (the trainer's, every batch: the clocks stand, no timedelta made)
+            total, epoch, duration = self.total_wct, self.epoch_wct, _NO_TIME
+        else:
+            total, epoch = self.total_wct + duration, self.epoch_wct + duration
         return _timestamp({"epoch": self.epoch, "batch": self.batch + 1, "sample": self.sample + samples,
                            "batch_in_epoch": self.batch_in_epoch + 1, "sample_in_epoch": self.sample_in_epoch + samples,
                            "total_wct": total, "epoch_wct": epoch, "batch_wct": duration})

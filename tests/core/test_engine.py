@@ -367,7 +367,6 @@ def test_run_event_returns_each_algorithms_exit_code_and_order(state):
     assert Engine(state, trace="off").run_event(Event.BEFORE_LOSS)["Returns/before_loss"].exit_code == 3
 
 
-
 class Sometimes(Returns):
     """Matches only while ``on``."""
 
@@ -396,6 +395,7 @@ def test_an_event_of_one_algorithm_runs_as_any_other_traced_or_not(state, trace)
     engine.register_pass(lambda algorithms, event: [*algorithms, Returns("B", 0, log)])
     assert list(engine.run_event(Event.BEFORE_LOSS)) == ["Sometimes/before_loss", "Returns/before_loss"]
     assert log[3:] == ["A", "B"]
+
 
 # -- Algorithm.match from the declared events -----------------------------------------------------
 class Declares(Algorithm):
