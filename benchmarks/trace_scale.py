@@ -64,19 +64,27 @@ def algorithms() -> list:
             stub("EMA", Event.BATCH_END)]
 
 
-def rows_bytes(rows: list) -> int:
-    """Deep size of row tuples: each tuple and the numbers it alone holds (strings, labels and
-    the asked / changed tuples are shared between rows)."""
+def numbers_bytes(values) -> int:
+    """Size of the numbers among ``values`` that are objects of their own (not the small ints Python shares)."""
     small = range(-5, 257)
-    return sum(sys.getsizeof(row) + sum(sys.getsizeof(v) for v in row if type(v) is float
-                                        or (type(v) is int and v not in small)) for row in rows)
+    return sum(sys.getsizeof(v) for v in values if type(v) is float or (type(v) is int and v not in small))
+
+
+def rows_bytes(trace) -> int:
+    """Deep size of the rows in memory: their lists, each row's tuple where a trace keeps one
+    (before the flat lists of fields), and the numbers they alone hold (strings, labels and the
+    asked / changed tuples are shared between rows)."""
+    if hasattr(trace, "event_fields"):
+        return sum(sys.getsizeof(fields) + numbers_bytes(fields) for fields in (trace.event_fields, trace.call_fields))
+    return sum(sys.getsizeof(rows) + sum(sys.getsizeof(row) + numbers_bytes(row) for row in rows)
+               for rows in (trace.event_rows, trace.invocation_rows))
 
 
 def trace_memory(trace) -> int:
     """Bytes the trace holds in memory: its rows, and (after) its arrow buffers and chunk list."""
     import pyarrow as pa
 
-    held = rows_bytes(trace.event_rows) + rows_bytes(trace.invocation_rows)
+    held = rows_bytes(trace)
     store = getattr(trace, "_store", None)
     return held + (pa.total_allocated_bytes() + len(json.dumps(store.chunks)) if store is not None else 0)
 

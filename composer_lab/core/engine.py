@@ -289,7 +289,7 @@ class Engine:
                 ts = self.state.timestamp
                 trace.add_event((seq, event._value_, ts.epoch, ts.batch, ts.batch_in_epoch, self.state.microbatch, t0,
                                  _now(), asked))
-                if len(trace.event_rows) >= trace.chunk_rows:
+                if len(trace.event_fields) >= trace.chunk_fields:
                     trace.spill()
         return traces
 

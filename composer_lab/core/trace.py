@@ -1,9 +1,10 @@
 """The trace: a record of every event fired and every algorithm / callback call, as pandas.
 
-Rows go into plain Python lists during the run (one O(1) append per row, no pandas on the
-hot path). Every ``chunk_rows`` events :meth:`Trace.spill` turns them into columns and writes
-them to parquet (a :class:`~composer_lab.chunks.ChunkStore`), so the memory a trace holds is
-bounded however long the run; at level 'all' an event keeps the labels of the algorithms that
+Rows go into two flat Python lists during the run, field after field (one O(1) extend per
+row, no pandas on the hot path, no object per row for the garbage collector to visit). Every
+``chunk_rows`` events :meth:`Trace.spill` turns them into columns and writes them to parquet
+(a :class:`~composer_lab.chunks.ChunkStore`), so the memory a trace holds is bounded however
+long the run; at level 'all' an event keeps the labels of the algorithms that
 did not match as one dictionary-encoded value, not as rows. :meth:`Trace.query` reads only the
 chunks and rows a question needs; :attr:`Trace.events`, :attr:`Trace.invocations` and
 :attr:`Trace.notes` are the whole DataFrames. The rows survive an exception, so the trace of a
@@ -20,7 +21,6 @@ import threading
 import time
 from pathlib import Path
 from collections import namedtuple
-from operator import itemgetter
 from typing import Any, Callable, NamedTuple, Optional, Union
 
 import numpy as np
@@ -136,6 +136,9 @@ class NoteRecord(namedtuple("NoteRecord", _recorded(NOTE_SCHEMA))):
     __slots__ = ()
 
 
+EVENT_WIDTH, CALL_WIDTH = len(EventRecord._fields), len(InvocationRecord._fields)
+"""How many fields an event's row, a call's row holds: the rows in memory are flat lists of them."""
+
 TRACE_FORMAT = "composer_lab.trace/3"
 """What :meth:`Trace.save` writes into trace.json: 3 since the rows are parquet chunks."""
 
@@ -150,10 +153,10 @@ class _Snapshot(NamedTuple):
     """The trace at one moment, what a read works from while a run in another thread writes on:
     the chunks written then, the rows in memory then (copies), the labels' classes then."""
 
-    key: tuple  # (chunks, last event started, event rows, call rows, notes): equal keys, equal contents
+    key: tuple  # (chunks, last event started, event fields, call fields, notes): equal keys, equal contents
     last: int  # the seq of the last event started: rows of later events are left out
     store: chunks.ChunkStore
-    events: list
+    events: list  # (flat, as Trace.event_fields)
     calls: list
     notes: list
     classes: dict
@@ -170,12 +173,14 @@ class Trace:
         if level not in TRACE_LEVELS:
             raise ValueError(f"trace level {level!r} is not one of {TRACE_LEVELS}: 'all' records also "
                              f"the algorithms that did not match, 'ran' only what ran, 'off' nothing")
-        self.level, self.chunk_rows, self.seq, self._t0 = level, chunk_rows, -1, time.perf_counter()
+        self.level, self.seq, self._t0, self.chunk_rows = level, -1, time.perf_counter(), chunk_rows
         self.recording, self.records_unmatched = level != "off", level == "all"  # (plain: read at every event)
-        self.event_rows, self.invocation_rows, self._notes = [], [], []  # lists of plain tuples (see below)
-        self.add_event, self.add_call = self.event_rows.append, self.invocation_rows.append
+        self.event_fields, self.call_fields, self._notes = [], [], []
+        """The rows in memory, flat: an event's :data:`EVENT_WIDTH` fields, then the next event's (a
+        call's :data:`CALL_WIDTH`); read as rows: :attr:`event_rows`, :attr:`invocation_rows`."""
+        self.add_event, self.add_call = self.event_fields.extend, self.call_fields.extend
         """Record an event's row, a call's row: an :class:`EventRecord`'s, an :class:`InvocationRecord`'s
-        fields as a plain tuple (an event's after its calls'; its ``seq`` the one set as :attr:`seq` when
+        fields as a tuple (an event's after its calls'; its ``seq`` the one set as :attr:`seq` when
         it started: a read leaves out the rows of a seq above :attr:`seq`, events started after it began)."""
         self._store, self._tail = chunks.ChunkStore(folder, _KEYS), (None, {})  # (the rows in memory as columns)
         self._labels, self._label_counts, self._classes = {}, {}, {}  # id -> (obj, label), cls -> count, label -> cls
@@ -197,12 +202,32 @@ class Trace:
         return entry[1]
 
     # -- rows (recorded by the engine) ---------------------------------------------------------
-    # Rows are plain tuples in the order of the schema's recorded columns: the garbage collector
-    # stops tracking a plain tuple of numbers and strings, not a tuple subclass, and a long trace
-    # of tracked rows made every collection, so every row, about ten times slower. Read them by
-    # name: EventRecord._make(row). The engine builds them where it has their values and appends
-    # them with the lists' own appends, add_event and add_call (a Python method per row would
-    # cost more than the row), then calls spill() when event_rows holds chunk_rows.
+    # A row is its fields in the order of the schema's recorded columns, extended onto a flat list:
+    # the tuple the engine builds is freed at once. A tuple kept per row is an object the garbage
+    # collector tracks: 23 of them a step set off a collection every 30 steps of a traced fit (3 us
+    # a step, and the caches it cleared), and each cost 120 bytes against 72 flat. The engine
+    # builds the rows where it has their values and adds them with the lists' own extends,
+    # add_event and add_call (a Python method per row would cost more than the row), then calls
+    # spill() when event_fields holds chunk_fields. Read them by name: EventRecord._make(row).
+    @property
+    def chunk_rows(self) -> int:
+        """How many events' rows a chunk holds (the engine reads :attr:`chunk_fields`, as many fields)."""
+        return self.chunk_fields // EVENT_WIDTH
+
+    @chunk_rows.setter
+    def chunk_rows(self, rows: int) -> None:
+        self.chunk_fields = rows * EVENT_WIDTH
+
+    @property
+    def event_rows(self) -> list[tuple]:
+        """The rows in memory of the events not yet spilled, as tuples (built at each read)."""
+        return _rows(self.event_fields[:], EVENT_WIDTH)
+
+    @property
+    def invocation_rows(self) -> list[tuple]:
+        """The rows in memory of the calls not yet spilled, as tuples (built at each read)."""
+        return _rows(self.call_fields[:], CALL_WIDTH)
+
     def note(self, kind: str, text: str, timestamp: Any = None) -> None:
         """Record something that is not an event: a setting changed from a widget, an
         interruption, a resumed checkpoint. It is tied to the last event fired."""
@@ -215,15 +240,17 @@ class Trace:
         ``chunk_rows`` events. The calls of an event still running (one whose call fired the nested
         event that filled the chunk) stay for the next chunk, which gets that event's row: a chunk
         holds whole events, so each one's non-matches are worked out from all of its calls."""
-        done, calls, running = set(map(itemgetter(0), self.event_rows)), self.invocation_rows[:], []
-        if not done.issuperset(map(itemgetter(0), calls)):  # (rare: an event whose call fired this one)
-            running = [row for row in calls if row[0] not in done]
-            calls = [row for row in calls if row[0] in done]
-        chunk = _stored(self.event_rows, calls, self._t0)  # (not cached: memory)
+        events, calls, running = self.event_fields[:], self.call_fields[:], []
+        done = set(events[::EVENT_WIDTH])
+        if not done.issuperset(calls[::CALL_WIDTH]):  # (rare: an event whose call fired this one)
+            rows = _rows(calls, CALL_WIDTH)
+            running = [value for row in rows if row[0] not in done for value in row]
+            calls = [value for row in rows if row[0] in done for value in row]
+        chunk = _stored(events, calls, self._t0)  # (not cached: memory)
         with self._spilling:  # a reader sees the rows either in memory or in the chunk, never both or neither
             self._store.write(chunk)
-            del self.event_rows[:]
-            self.invocation_rows[:] = running
+            del self.event_fields[:]
+            self.call_fields[:] = running
 
     def spill_to(self, folder: Union[str, os.PathLike]) -> None:
         """Keep the chunks in ``folder`` from now on, moving those written so far (a trainer's
@@ -233,13 +260,13 @@ class Trace:
 
     def _snapshot(self) -> _Snapshot:
         """The trace up to the last event started, taken together with a spill's lock (a spill
-        moves rows from the lists to a chunk). The engine appends without a lock: it appends whole
+        moves rows from the lists to a chunk). The engine appends without a lock: it extends by whole
         rows, so a copy of a list holds whole rows; the seq of the last event started, read
         first, leaves out the rows of the events that started while the lists were copied, so
         every call read belongs to an event read or to one in flight."""
         with self._spilling:
             last, store = self.seq, self._store.view()
-            events, calls, notes = self.event_rows[:], self.invocation_rows[:], self._notes[:]
+            events, calls, notes = self.event_fields[:], self.call_fields[:], self._notes[:]
             classes = dict(self._classes)  # (after the calls: every call's label is there)
         key = (len(store.chunks), last, len(events), len(calls), len(notes))
         return _Snapshot(key, last, store, events, calls, notes, classes)
@@ -249,8 +276,7 @@ class Trace:
         key, tail = self._tail  # (one read: another reader may replace it)
         if key != snapshot.key:
             last = snapshot.last
-            events, calls = ([row for row in rows if row[0] <= last] for rows in (snapshot.events, snapshot.calls))
-            tail = _stored(events, calls, self._t0)
+            tail = _stored(_up_to(snapshot.events, EVENT_WIDTH, last), _up_to(snapshot.calls, CALL_WIDTH, last), self._t0)
             self._tail = (snapshot.key, tail)
         return tail
 
@@ -389,15 +415,16 @@ class Trace:
     def __repr__(self) -> str:
         """The counts, without building a frame: events, calls that ran, notes, chunks on disk."""
         snapshot = self._snapshot()
-        store, memory = snapshot.store, {"events": snapshot.events, "invocations": snapshot.calls}
-        rows = {t: store.rows(t) + len(new) + (store.tail[t].num_rows if t in store.tail else 0)
+        store, memory = snapshot.store, {"events": len(snapshot.events) // EVENT_WIDTH,
+                                         "invocations": len(snapshot.calls) // CALL_WIDTH}
+        rows = {t: store.rows(t) + new + (store.tail[t].num_rows if t in store.tail else 0)
                 for t, new in memory.items()}
         return (f"Trace(level={self.level!r}, events={rows['events']}, calls={rows['invocations']}, "
                 f"notes={len(snapshot.notes)}, chunks={len(store.chunks)})")
 
 
 def _stored(events: list, calls: list, t0: float) -> dict[str, Any]:
-    """Rows of the engine as arrow tables laid out as the chunks: times from the trace's start,
+    """Rows of the engine (flat, as :attr:`Trace.event_fields`) as arrow tables laid out as the chunks: times from the trace's start,
     an event's ``asked`` as ``unmatched`` (the labels asked without a call at its seq; a callback
     is never asked, so its calls are no answer), each call with its event's ``epoch`` (None while
     that event still runs)."""
@@ -415,9 +442,22 @@ def _notes_frame(notes: list) -> pd.DataFrame:
     return pd.DataFrame.from_records(notes, columns=NOTE_COLUMNS).astype(_DTYPES["notes"])
 
 
-def _columns(rows: list, schema: tuple) -> dict[str, Any]:
-    """The recorded ``rows`` as columns by name, each encoded as its chunk stores it."""
-    columns = dict(zip(_recorded(schema), chunks.columns(rows, len(_recorded(schema)))))
+def _rows(fields: list, width: int) -> list[tuple]:
+    """Flat ``fields`` as rows of ``width``."""
+    return list(zip(*[iter(fields)] * width))
+
+
+def _up_to(fields: list, width: int, last: int) -> list:
+    """The rows of flat ``fields`` whose seq is at most ``last``, flat."""
+    if not fields or max(fields[::width]) <= last:  # (the usual read: no event started while the lists were copied)
+        return fields
+    return [value for row in _rows(fields, width) if row[0] <= last for value in row]
+
+
+def _columns(fields: list, schema: tuple) -> dict[str, Any]:
+    """The recorded rows, flat, as columns by name, each encoded as its chunk stores it."""
+    names = _recorded(schema)
+    columns = {name: fields[i::len(names)] for i, name in enumerate(names)}
     return {c.name: c.encode(columns[c.name]) if c.encode else columns[c.name] for c in schema if c.recorded}
 
 
