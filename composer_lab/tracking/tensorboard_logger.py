@@ -6,7 +6,9 @@ when a logger is built or a run exported, never by ``import composer_lab``.
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Union
 
 import pandas as pd
@@ -17,7 +19,11 @@ from composer_lab.tracking.tracker import Tracker, require, writable_folder
 if TYPE_CHECKING:
     from composer_lab.trainer.run import Run
 
-__all__ = ["TensorBoardLogger", "run_to_tensorboard"]
+__all__ = ["TensorBoardLogger", "run_to_tensorboard", "RUN_MARK"]
+
+RUN_MARK = "composer_lab_run.json"
+"""The file in a ``log_dir`` that names the run a :class:`TensorBoardLogger` last wrote there
+(TensorBoard reads the event files only)."""
 
 
 class TensorBoardLogger(Tracker):
@@ -29,7 +35,9 @@ class TensorBoardLogger(Tracker):
     ``log_dir`` is checked at construction: one that cannot be written raises ValueError before any
     training. Each fit writes its own event file (the writer is closed at the fit's end, failure or
     interrupt); TensorBoard reads them all as one run. Open with ``tensorboard --logdir <log_dir>``.
-    ``flush_interval``: as for :class:`Tracker`.
+    A trainer resumed from a checkpoint (``load_path=``) into the ``log_dir`` its run wrote before
+    (:data:`RUN_MARK` names the run's id) writes only the rows it logs: the checkpoint's are there;
+    into another ``log_dir`` it writes them all. ``flush_interval``: as for :class:`Tracker`.
     """
 
     def __init__(self, log_dir: Union[str, os.PathLike], flush_interval: Optional[int] = None) -> None:
@@ -37,8 +45,14 @@ class TensorBoardLogger(Tracker):
         require("tensorboard", "tensorboard")
         self.log_dir = writable_folder(log_dir, f"TensorBoardLogger log_dir {str(log_dir)!r}")
         self._writer: Any = None
+        self._marked = False
 
     def _open(self, trainer: Any) -> None:
+        if not self._marked:  # (the first fit: the log_dir may hold this run's rows up to its checkpoint)
+            if _marked_run(self.log_dir) == trainer.run_id:
+                self._read = len(trainer.metrics)
+            (self.log_dir / RUN_MARK).write_text(json.dumps({"run_id": trainer.run_id}))
+            self._marked = True
         self._writer = _writer(self.log_dir)
 
     def _write(self, rows: pd.DataFrame) -> None:
@@ -91,6 +105,14 @@ def write_setup(writer: Any, run: Run, status: str) -> None:
     writer.add_text("status", status, step)
     for summary in hparams(params, {}):
         writer.file_writer.add_summary(summary, step)
+
+
+def _marked_run(log_dir: Path) -> Optional[str]:
+    """The id of the run :data:`RUN_MARK` names in ``log_dir`` (None: none, or unreadable)."""
+    try:
+        return json.loads((log_dir / RUN_MARK).read_text()).get("run_id")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def _writer(folder: Any) -> Any:

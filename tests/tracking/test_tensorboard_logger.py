@@ -76,3 +76,20 @@ def test_a_log_dir_that_cannot_be_written_is_refused_naming_it(tmp_path):
     (tmp_path / "a_file").write_text("")
     with pytest.raises(ValueError, match=r"TensorBoardLogger log_dir '.*a_file/tb' cannot be written"):
         TensorBoardLogger(tmp_path / "a_file" / "tb")
+
+
+def test_a_trainer_resumed_from_a_checkpoint_continues_its_log_dir_each_step_once(tmp_path):
+    """A resumed trainer writing where its run wrote before writes only what it logs from the
+    checkpoint on (the checkpoint's rows are there already); into a new log_dir it writes them all."""
+    folder = tmp_path / "checkpoints"
+    tiny_trainer([TensorBoardLogger(tmp_path / "tb", flush_interval=1)], batches="3ba", save_folder=folder,
+                 save_interval="3ba").fit()
+    resumed = tiny_trainer([TensorBoardLogger(tmp_path / "tb", flush_interval=1),
+                            TensorBoardLogger(tmp_path / "new", flush_interval=1)],
+                           batches="5ba", load_path=folder / "ep0-ba3.pt")
+    resumed.fit()
+    assert [step for step, _ in scalars(tmp_path / "tb")["loss/train"]] == [0, 1, 2, 3, 4]
+    assert scalars(tmp_path / "tb") == scalars(tmp_path / "new") == approx(histories(resumed.metrics))
+    another = tiny_trainer([TensorBoardLogger(tmp_path / "tb")], batches="2ba")  # (another run: all of it written)
+    another.fit()
+    assert [step for step, _ in scalars(tmp_path / "tb")["loss/train"]] == [0, 0, 1, 1, 2, 3, 4]
