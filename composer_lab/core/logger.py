@@ -77,26 +77,29 @@ class Logger:
             self._rows, self._flushed, self._flushed_rows = list(rows), [], 0
             self._size, self._numeric, self._frame = 0, None, None
 
-    def flush(self) -> None:
+    def flush(self) -> dict[int, float]:
         """Copy the tensor values of the rows logged since the last flush to the host together (one
         transfer per device) and note each name's latest value; the rows join the columns at the next
-        read (or once :data:`WRITE_ROWS` wait). Safe to call from another thread: the rows are taken
-        by count, so a row the run appends meanwhile stays for the next flush."""
+        read (or once :data:`WRITE_ROWS` wait). Returns the value read of each tensor, by its id (the
+        trainer's non-finite check reads its losses there: one read of the device a flush). Safe to
+        call from another thread: the rows are taken by count, so a row the run appends meanwhile
+        stays for the next flush."""
         with self._lock:
             rows = self._rows[:]
             if not rows:
-                return
+                return {}
             del self._rows[:len(rows)]  # (not a new list: an append to the old one would be lost)
             # (picked out by column: zip(*rows) makes an iterator per row, and a resumed checkpoint's
             # 400,000 rows then spent 1.2 s in the garbage collector)
             new = columns(rows, len(METRIC_COLUMNS))
             *_, names, values = new
-            _to_host_floats(values)
+            read = _to_host_floats(values)
             self.latest.update(zip(names, values))
             self._flushed.append(new)
             self._flushed_rows += len(rows)
             if self._flushed_rows >= WRITE_ROWS:
                 self._write()
+            return read
 
     def _write(self) -> None:
         """Append the flushed rows to the columns (twice the length when full, the rows copied)."""
@@ -135,15 +138,20 @@ class Logger:
 _DEVICE, _DTYPE = operator.attrgetter("device"), operator.attrgetter("dtype")
 
 
-def _to_host_floats(values: list) -> None:
-    """Replace the tensors among ``values`` by floats, copied to the host in one transfer per device."""
+def _to_host_floats(values: list) -> dict[int, float]:
+    """Replace the tensors among ``values`` by floats, copied to the host in one transfer per
+    device; returns each tensor's float by the tensor's id."""
     # (C loops, not comprehensions: they run over every row logged, a loss tensor per batch among them)
     at = list(compress(count(), map(isinstance, values, repeat(torch.Tensor))))
-    devices = list(map(_DEVICE, map(values.__getitem__, at)))
+    devices, read = list(map(_DEVICE, map(values.__getitem__, at))), {}
     for device in set(devices):
         on_device = list(compress(at, map(device.__eq__, devices)))
-        for i, f in zip(on_device, stack_scalars(list(map(values.__getitem__, on_device))).tolist()):
+        tensors = list(map(values.__getitem__, on_device))
+        floats = stack_scalars(tensors).tolist()
+        read.update(zip(map(id, tensors), floats))
+        for i, f in zip(on_device, floats):
             values[i] = f
+    return read
 
 
 def stack_scalars(tensors: list) -> torch.Tensor:

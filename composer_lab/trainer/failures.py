@@ -15,7 +15,7 @@ import math
 import signal
 import threading
 from operator import itemgetter
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 import torch
 
@@ -112,14 +112,19 @@ class NonFiniteWatch:
         self._watched.append((loss, timestamp, since_seq, trace.seq))  # (one list: one append a batch)
         return loss
 
-    def check(self, trace: Any, timestamp: Any) -> None:
+    def check(self, trace: Any, timestamp: Any, read: Optional[Mapping[int, float]] = None) -> None:
         """Raise :class:`NonFiniteLossError` if a batch watched since the last check had a non-finite
-        loss, naming the first; ``timestamp`` is now's. One host read, none when nothing was watched."""
+        loss, naming the first; ``timestamp`` is now's. ``read``: values already copied to the host,
+        by the id of their tensor (the logger's flush, which copied out the losses it logged): the
+        losses among them are not read again. At most one host read, none when nothing was watched."""
         if not self._watched:
             return
-        watched = self._watched
-        losses = stack_scalars(list(map(itemgetter(0), watched))).tolist()  # (the one read: no op on the device)
-        self._watched = []
+        watched, self._watched, read = self._watched, [], read or {}
+        tensors = list(map(itemgetter(0), watched))
+        unread = [loss for loss in tensors if id(loss) not in read]  # (not logged, or flushed from another thread)
+        if unread:
+            read = {**read, **dict(zip(map(id, unread), stack_scalars(unread).tolist()))}  # (no op on the device)
+        losses = list(map(read.__getitem__, map(id, tensors)))
         if not all(map(math.isfinite, losses)):
             first = next(i for i, loss in enumerate(losses) if not math.isfinite(loss))
             _, at, since_seq, until_seq = watched[first]

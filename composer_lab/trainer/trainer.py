@@ -420,9 +420,9 @@ class Trainer:
             guard.release()
 
     def _flush(self) -> None:
-        """Read the device on the host: the non-finite check, the logged tensors copied out in bulk."""
-        self.nonfinite.check(self.engine.trace, self.state.timestamp)
-        self.logger.flush()
+        """Read the device on the host, once: the logged tensors copied out in bulk, then the
+        non-finite check of the losses among them."""
+        self.nonfinite.check(self.engine.trace, self.state.timestamp, self.logger.flush())
 
     def _after_failure(self, err: BaseException) -> None:
         """Leave the trainer consistent after ``err`` ended a fit: a batch in flight is not

@@ -13,6 +13,7 @@ from composer_lab import Callback, Event
 from composer_lab.trainer import NonFiniteLossError, load_checkpoint
 from composer_lab.trainer import checkpoint as checkpoint_module
 from composer_lab.trainer.failures import NonFiniteWatch
+from composer_lab.trainer.syncs import SyncCounter
 
 from tests.trainer.helpers import OnEvent, make_trainer, tiny_data
 
@@ -247,6 +248,24 @@ def test_the_nonfinite_watch_reports_a_batch_once_and_reads_the_host_only_when_w
     watch.check(trace, time)  # reported once
     watch.watch(torch.tensor(2.0), trace, time, 0)
     watch.check(trace, time)
+
+
+def test_the_nonfinite_watch_reads_only_the_losses_not_read_before():
+    """The trainer hands the check what its logger's flush copied out: those losses are not read
+    again; the others (not logged, or flushed meanwhile from another thread) are read together."""
+    trainer = make_trainer(max_duration="1ba")
+    watch, trace, time = NonFiniteWatch(True), trainer.trace, trainer.state.timestamp
+    logged, unlogged = torch.tensor(1.0), torch.tensor(float("nan"))
+    watch.watch(logged, trace, time, 0)
+    watch.watch(unlogged, trace, time.to_next_batch(8), 0)
+    counter = SyncCounter()
+    with counter, pytest.raises(NonFiniteLossError, match="loss is nan at batch 1"):
+        watch.check(trace, time.to_next_batch(8).to_next_batch(8), {id(logged): 1.0})
+    assert counter.count == 1  # the unlogged one, read by itself
+    watch.watch(unlogged, trace, time, 0)
+    with counter, pytest.raises(NonFiniteLossError, match="loss is inf at batch 0"):
+        watch.check(trace, time, {id(unlogged): float("inf")})  # what the flush read is what is checked
+    assert counter.count == 1
 
 
 def test_stop_on_nonfinite_loss_rejects_other_values():

@@ -65,8 +65,8 @@ def test_no_sync_per_batch_only_at_the_flush_points(settings):
     per_batch = _syncs_per_batch(**settings)
     flushes = [i for i in range(BATCHES) if (i + 1) % FLUSH_INTERVAL == 0]  # after the batch: i + 1 trained
     assert [n for i, n in enumerate(per_batch) if i not in flushes] == [0] * (BATCHES - len(flushes))
-    # a flush: the non-finite check's read and one bulk copy of the logged values (CPU: one device)
-    assert all(1 <= per_batch[i] <= 2 for i in flushes)
+    # a flush: one bulk copy of the logged values (CPU: one device), where the non-finite check reads the losses
+    assert all(per_batch[i] == 1 for i in flushes)
 
 
 @pytest.mark.parametrize("fused, per_step", [(True, 0), (False, 1)], ids=["fused", "not_fused"])
