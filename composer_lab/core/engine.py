@@ -257,7 +257,7 @@ class Engine:
         if not recording:
             if solo is not None:  # (the untraced step's usual event: one algorithm, nothing else to do)
                 if solo.match(event, self.state):
-                    return _new(Traces, (trace.label, [solo], [solo.apply(event, self.state, self.logger)], event))
+                    return _new(Traces, (trace.label, algorithms, (solo.apply(event, self.state, self.logger),), event))
                 return _NO_TRACES
             if not (asks or callbacks):
                 return _NO_TRACES  # (nobody listens, and nothing to record)
