@@ -4,9 +4,9 @@ Rows go into two flat Python lists during the run, field after field (one O(1) e
 row, no pandas on the hot path, no object per row for the garbage collector to visit). Every
 ``chunk_rows`` events :meth:`Trace.spill` turns them into columns and writes them to parquet
 (a :class:`~composer_lab.chunks.ChunkStore`), so the memory a trace holds is bounded however
-long the run; at level 'all' an event keeps the labels of the algorithms that
-did not match as one dictionary-encoded value, not as rows. :meth:`Trace.query` reads only the
-chunks and rows a question needs; :attr:`Trace.events`, :attr:`Trace.invocations` and
+long the run; at level 'all' an event keeps the labels of the algorithms that did not match as
+one dictionary-encoded value, not as rows. :meth:`Trace.query` reads only the chunks and rows a
+question needs; :attr:`Trace.events`, :attr:`Trace.invocations` and
 :attr:`Trace.notes` are the whole DataFrames. The rows survive an exception, so the trace of a
 run that failed is readable up to the failure. Another thread may read it while a run writes it:
 each read sees the trace as it was at one moment (:meth:`Trace._snapshot`), with no lock on the
@@ -276,7 +276,8 @@ class Trace:
         key, tail = self._tail  # (one read: another reader may replace it)
         if key != snapshot.key:
             last = snapshot.last
-            tail = _stored(_up_to(snapshot.events, EVENT_WIDTH, last), _up_to(snapshot.calls, CALL_WIDTH, last), self._t0)
+            events, calls = _up_to(snapshot.events, EVENT_WIDTH, last), _up_to(snapshot.calls, CALL_WIDTH, last)
+            tail = _stored(events, calls, self._t0)
             self._tail = (snapshot.key, tail)
         return tail
 
@@ -424,10 +425,10 @@ class Trace:
 
 
 def _stored(events: list, calls: list, t0: float) -> dict[str, Any]:
-    """Rows of the engine (flat, as :attr:`Trace.event_fields`) as arrow tables laid out as the chunks: times from the trace's start,
-    an event's ``asked`` as ``unmatched`` (the labels asked without a call at its seq; a callback
-    is never asked, so its calls are no answer), each call with its event's ``epoch`` (None while
-    that event still runs)."""
+    """Rows of the engine (flat, as :attr:`Trace.event_fields`) as arrow tables laid out as the
+    chunks: times from the trace's start, an event's ``asked`` as ``unmatched`` (the labels asked
+    without a call at its seq; a callback is never asked, so its calls are no answer), each call
+    with its event's ``epoch`` (None while that event still runs)."""
     ev, cl = _columns(events, EVENT_SCHEMA), _columns(calls, INVOCATION_SCHEMA)
     t_start = np.asarray(ev["t_start"], dtype=float)
     ev.update(t_start=t_start - t0, duration=np.asarray(ev["t_end"], dtype=float) - t_start,
