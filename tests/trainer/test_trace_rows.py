@@ -29,7 +29,8 @@ def _objects_for_the_collector(trace: str) -> tuple[int, int]:
 
 def test_a_traced_fit_keeps_no_object_per_row():
     _objects_for_the_collector("all")  # (warm up: first-time imports and caches)
-    traced, rows = _objects_for_the_collector("all")
-    untraced, _ = _objects_for_the_collector("off")
+    # (the least of two fits each: another thread's objects, counted too, can only add)
+    traced, rows = min(_objects_for_the_collector("all") for _ in range(2))
+    untraced, _ = min(_objects_for_the_collector("off") for _ in range(2))
     assert rows > 1000
     assert traced - untraced < rows  # (about half a row's worth: the watcher's; a kept tuple per row adds one more)
