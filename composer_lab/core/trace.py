@@ -271,6 +271,13 @@ class Trace:
         key = (len(store.chunks), last, len(events), len(calls), len(notes))
         return _Snapshot(key, last, store, events, calls, notes, classes)
 
+    def _key(self) -> tuple:
+        """The key a :meth:`_snapshot` taken now would have, without copying the rows (a frame
+        built under it is still the trace's: equal keys, equal contents)."""
+        with self._spilling:
+            last, chunks_written = self.seq, len(self._store.chunks)
+            return chunks_written, last, len(self.event_fields), len(self.call_fields), len(self._notes)
+
     def _columns(self, snapshot: _Snapshot) -> dict[str, Any]:
         """The rows in memory of ``snapshot`` as arrow tables laid out as the chunks (:data:`_STORED`)."""
         key, tail = self._tail  # (one read: another reader may replace it)
@@ -307,9 +314,9 @@ class Trace:
         """The DataFrame ``key``, built again only when rows were added since it was built."""
         if self._loaded is not None:
             return self._loaded[key]
-        snapshot = self._snapshot()
         built, frame = self._cache.get(key, (None, None))  # (one read: another reader may replace it)
-        if built != snapshot.key:
+        if built != self._key():  # (rows added since: a snapshot, whose copy of the rows holds up a run that writes)
+            snapshot = self._snapshot()
             frame = self._query(snapshot, key) if key != "notes" else _notes_frame(snapshot.notes)
             self._cache[key] = (snapshot.key, frame)
         return frame

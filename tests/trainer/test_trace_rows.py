@@ -1,6 +1,7 @@
 """The trace's rows in memory cost the garbage collector nothing: a row's fields go onto a flat list
 and the tuple the engine built is freed, so a traced fit sets off no more collections for its rows
-(a tuple kept per row did: one collection every 30 steps of a traced fit)."""
+(a tuple kept per row did: one collection every 30 steps of a traced fit). And a read of a trace
+that has no new rows copies none (a copy of the flat lists holds up a run writing in another thread)."""
 
 from __future__ import annotations
 
@@ -34,3 +35,15 @@ def test_a_traced_fit_keeps_no_object_per_row():
     untraced, _ = min(_objects_for_the_collector("off") for _ in range(2))
     assert rows > 1000
     assert traced - untraced < rows  # (about half a row's worth: the watcher's; a kept tuple per row adds one more)
+
+
+def test_a_read_without_new_rows_copies_none(monkeypatch):
+    trainer = make_trainer(max_duration="3ba", trace="all")
+    trainer.fit()
+    trace, snapshots = trainer.trace, []
+    taken = trace._snapshot
+    monkeypatch.setattr(trace, "_snapshot", lambda: snapshots.append(1) or taken())
+    first = trace.events
+    assert trace.events is first and trace.invocations is trace.invocations and len(snapshots) == 2
+    trainer.fit(duration="1ba")  # new rows: read again
+    assert len(trace.events) > len(first) and len(snapshots) == 3
