@@ -19,7 +19,7 @@ from typing import Any, Mapping, Optional
 
 import torch
 
-from composer_lab.core.logger import stack_scalars
+from composer_lab.core.logger import _to_host_floats
 from composer_lab.trainer.devices import fresh_grad_scaler
 
 __all__ = ["InterruptGuard", "NonFiniteLossError", "NonFiniteWatch", "NONFINITE_MODES", "raise_nonfinite_loss",
@@ -116,14 +116,15 @@ class NonFiniteWatch:
         """Raise :class:`NonFiniteLossError` if a batch watched since the last check had a non-finite
         loss, naming the first; ``timestamp`` is now's. ``read``: values already copied to the host,
         by the id of their tensor (the logger's flush, which copied out the losses it logged): the
-        losses among them are not read again. At most one host read, none when nothing was watched."""
+        losses among them are not read again. At most one host read a device, none when nothing was
+        watched or all of it was read."""
         if not self._watched:
             return
         watched, self._watched, read = self._watched, [], read or {}
         tensors = list(map(itemgetter(0), watched))
         unread = [loss for loss in tensors if id(loss) not in read]  # (not logged, or flushed from another thread)
-        if unread:
-            read = {**read, **dict(zip(map(id, unread), stack_scalars(unread).tolist()))}  # (no op on the device)
+        if unread:  # (as the logger reads its own: one transfer per device, no op on the device)
+            read = {**read, **_to_host_floats(unread)}
         losses = list(map(read.__getitem__, map(id, tensors)))
         if not all(map(math.isfinite, losses)):
             first = next(i for i, loss in enumerate(losses) if not math.isfinite(loss))
