@@ -11,8 +11,11 @@ median of the rounds' own ratios is printed beside it, as a check on noise.
 Whole-run times move by several percent on a shared machine, more than the overhead measured, so
 the step times are compared too: the plain loop stamps each step, and so does the fit's data (a
 clock read as each batch is taken), and the 10th percentile of several thousand steps is far
-steadier than a minimum of seven runs. The trace also tells how much of a step is spent inside
-the engine's events (running, timing and recording the algorithms). Writes
+steadier than a minimum of seven runs. Each round's 10th percentile is also divided by that
+round's plain loop's: the mean of those paired ratios, with its 95% t-interval, says how sure
+the comparison is (a target inside the interval is not told apart from the measured ratio;
+``step_profile.py`` splits the step into its parts). The trace also tells how much of a step is
+spent inside the engine's events (running, timing and recording the algorithms). Writes
 benchmarks/results/trainer_overhead.json.
 
     python benchmarks/trainer_overhead.py [--repeats 7] [--steps 600]
@@ -33,6 +36,7 @@ import torch
 from torch import nn
 
 from composer_lab import Algorithm, Event, Trainer
+from composer_lab.explore.stats import paired
 
 STEP_EVENTS = (Event.BATCH_START, Event.BEFORE_TRAIN_BATCH, Event.BEFORE_FORWARD, Event.AFTER_FORWARD,
                Event.BEFORE_LOSS, Event.AFTER_LOSS, Event.BEFORE_BACKWARD, Event.AFTER_BACKWARD,
@@ -51,6 +55,9 @@ class Touch(Algorithm):
 
     def apply(self, event, state, logger) -> None:
         return None
+
+
+TRACES = ("all", "off")
 
 
 def make_batches(steps: int) -> list:
@@ -164,30 +171,34 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     batches = make_batches(args.steps)
-    plain_loop(batches[:50]), trainer_fit(batches[:50]), trainer_fit(batches[:50], "off")  # warm up every path
-    runs = {"plain": lambda: plain_loop(batches) + ([],), "all": lambda: trainer_fit(batches, "all"),
-            "off": lambda: trainer_fit(batches, "off")}
-    times, steps, in_events = ({name: [] for name in runs} for _ in range(3))
+    runs = {"plain": lambda b=batches: plain_loop(b) + ([],),
+            **{trace: lambda b=batches, t=trace: trainer_fit(b, t) for trace in TRACES}}
+    for run in runs.values():
+        run(batches[:50])  # warm up every path
+    times, steps, in_events, round_p10 = ({name: [] for name in runs} for _ in range(4))
     for i in range(args.repeats):
-        order = list(runs)[i % 3:] + list(runs)[:i % 3]
+        order = list(runs)[i % len(runs):] + list(runs)[:i % len(runs)]
         for name in order:
             elapsed, step_times, inside = runs[name]()
             times[name].append(elapsed), steps[name].extend(step_times), in_events[name].extend(inside)
+            round_p10[name].append(p10(step_times))
     counted = (batches * (100 // len(batches) + 1))[:100]
     bytecodes = {"plain": bytecodes_per_step(plain_loop, counted),
                  **{trace: bytecodes_per_step(lambda b, t=trace: make_trainer(b, t).fit(), counted)
-                    for trace in ("all", "off")}}
+                    for trace in TRACES}}
     plain_p10 = p10(steps["plain"])
     result = {"benchmark": "trainer_overhead", "steps": args.steps, "repeats": args.repeats,
               "plain_s": times["plain"], "plain_min_s": min(times["plain"]), "plain_step_p10_us": plain_p10 * 1e6,
               "plain_bytecodes_per_step": bytecodes["plain"]}
-    for trace in ("all", "off"):
+    for trace in TRACES:
+        ratios = paired([f / p - 1 for f, p in zip(round_p10[trace], round_p10["plain"])])
         result[f"trace_{trace}"] = {
             "trainer_s": times[trace], "trainer_min_s": min(times[trace]),
             "ratio": min(times[trace]) / min(times["plain"]),
             "median_round_ratio": statistics.median(f / p for f, p in zip(times[trace], times["plain"])),
             "per_step_overhead_us": (min(times[trace]) - min(times["plain"])) / args.steps * 1e6,
             "trainer_step_p10_us": p10(steps[trace]) * 1e6, "step_p10_ratio": p10(steps[trace]) / plain_p10,
+            "paired_p10_ratio": 1 + ratios.mean, "paired_p10_ratio_ci95": [1 + ratios.ci_low, 1 + ratios.ci_high],
             "in_events_p10_us": p10(in_events[trace]) * 1e6 if in_events[trace] else None,
             "trainer_bytecodes_per_step": bytecodes[trace]}
     result.update(torch=torch.__version__, python=platform.python_version(), machine=platform.machine(),
@@ -198,12 +209,14 @@ def main() -> None:
     print(f"{result['processor']}; torch {torch.__version__}, one thread; {args.steps} steps x {args.repeats}")
     print(f"plain loop   {min(times['plain']) * 1e3:8.1f} ms  (min of {args.repeats}), step p10 {plain_p10 * 1e6:.1f} us,"
           f" {bytecodes['plain']:.0f} bytecodes per step")
-    for trace in ("all", "off"):
+    for trace in TRACES:
         r = result[f"trace_{trace}"]
         inside = f"; inside the engine's events {r['in_events_p10_us']:.1f} us" if r["in_events_p10_us"] else ""
+        low, high = r["paired_p10_ratio_ci95"]
         print(f"trace {trace:3}    {r['trainer_min_s'] * 1e3:8.1f} ms: {r['ratio']:.3f}x by minima "
               f"({r['per_step_overhead_us']:.1f} us per step; rounds' median {r['median_round_ratio']:.3f}x), "
-              f"step p10 {r['trainer_step_p10_us']:.1f} us: {r['step_p10_ratio']:.3f}x{inside}; "
+              f"step p10 {r['trainer_step_p10_us']:.1f} us: {r['step_p10_ratio']:.3f}x (paired by round "
+              f"{r['paired_p10_ratio']:.3f}x, 95% CI {low:.3f}-{high:.3f}){inside}; "
               f"{r['trainer_bytecodes_per_step']:.0f} bytecodes per step (+{r['trainer_bytecodes_per_step'] - bytecodes['plain']:.0f})")
     print(f"saved to {out}")
 
