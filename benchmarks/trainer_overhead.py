@@ -58,6 +58,7 @@ class Touch(Algorithm):
 
 
 TRACES = ("all", "off")
+"""The trace levels each round fits the trainer with."""
 
 
 def make_batches(steps: int) -> list:
