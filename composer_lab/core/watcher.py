@@ -262,8 +262,9 @@ def _fields(state: Any, versions: bool = True) -> Fields:
     :func:`_learning_rates`)."""
     batch, outputs, loss, optimizers = state.batch, state.outputs, state.loss, state.optimizers
     if type(batch) is tuple and len(batch) == 2:
-        inputs, targets = batch  # (unpacked, not (*batch, ...), and the versions read one by one: 318 -> 281 ns a
-        # snapshot, 655 -> 448 with the versions)
+        # (unpacked, not (*batch, ...), and the versions read one by one: 318 -> 281 ns a snapshot, 655 -> 448 ns
+        # with the versions read)
+        inputs, targets = batch
         if type(outputs) is _Tensor is type(loss) is type(inputs) is type(targets):
             groups = optimizers[0].param_groups if len(optimizers) == 1 else ()
             return _new(Fields, (batch, outputs, loss, state.model, optimizers, (inputs, targets, outputs, loss),
