@@ -282,7 +282,7 @@ class RunPanel(widgets.VBox):
         state = self.trainer.state
         if self.handle is not None and not self.handle.done:
             raise RuntimeError("a run is going; pause, stop or await it before starting another")
-        if duration is None and reached_max_duration(state):
+        if duration is None and reached_max_duration(state.timestamp, state.max_duration):
             raise ValueError(f"the run is at its end (batch {state.timestamp.batch}, max_duration "
                              f"{state.max_duration}); say how much more to train, e.g. 'train for' 20ba "
                              f"(or start('20ba')), then Start")
@@ -403,7 +403,7 @@ class RunPanel(widgets.VBox):
 
     def _end_status(self, handle: RunHandle, state: State) -> str:
         batch, end = state.timestamp.batch, state.max_duration
-        more = "press Start to go on to max_duration" if not reached_max_duration(state) else \
+        more = "press Start to go on to max_duration" if not reached_max_duration(state.timestamp, end) else \
             "give 'train for' (e.g. 20ba) and press Start to train more"
         if handle.error is not None:
             return (f"<span style='color:#b00'>failed after {batch} batches trained: "

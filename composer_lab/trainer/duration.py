@@ -24,10 +24,10 @@ def total_batches(state: Any, max_duration: Optional[Time] = None) -> Optional[i
     return None
 
 
-def reached_max_duration(state: Any) -> bool:
-    """Whether the timestamp has come to ``max_duration``, in its unit."""
-    duration = state.max_duration
-    return state.timestamp.get(duration.unit) >= duration.value
+def reached_max_duration(timestamp: Timestamp, max_duration: Time) -> bool:
+    """Whether ``timestamp`` has come to ``max_duration``, in its unit (a state's:
+    ``reached_max_duration(state.timestamp, state.max_duration)``)."""
+    return timestamp.get(max_duration.unit) >= max_duration.value
 
 
 def max_duration_after(ts: Timestamp, duration: Union[str, Time]) -> Time:

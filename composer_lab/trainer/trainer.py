@@ -269,7 +269,7 @@ class Trainer:
             try:
                 run(Event.FIT_START)
                 self.throughput.mark(state.timestamp.sample)
-                while not reached_max_duration(state):
+                while not reached_max_duration(state.timestamp, state.max_duration):
                     self._train_epoch()
                 self._flush()
                 run(Event.FIT_END)
@@ -310,9 +310,9 @@ class Trainer:
             run(BATCH_CHECKPOINT)
             # Stop mid-epoch (the next fit continues this epoch) unless the run is counted in epochs
             # (max_duration read each batch: stop_training changes it) or this epoch's data is done.
-            if (state.max_duration.unit is not EPOCH
-                    and (per_epoch is None or state.timestamp.batch_in_epoch < per_epoch)
-                    and reached_max_duration(state)):
+            duration, ts = state.max_duration, state.timestamp
+            if (duration.unit is not EPOCH and (per_epoch is None or ts.batch_in_epoch < per_epoch)
+                    and reached_max_duration(ts, duration)):
                 return
         self.feed.close_epoch()
         self._epoch_started = False
