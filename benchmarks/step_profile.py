@@ -14,9 +14,13 @@ configurations, and drops out of the median):
 - watching the model: the algorithms undeclared (each call watched for writes to the model);
 - the progress bar: the default callback on.
 
-Writes benchmarks/results/step_profile.json.
+``--workload tiny`` runs the same profile on ``nn.Linear(3, 2)`` with batches of 4 (3,000 steps):
+the trainer's Python is the same, torch's work a tenth, and so is the noise it brings: a part is
+told to about half a microsecond, against several on the MLP. Use it to decide between two
+versions of the loop's Python; the MLP says what a part is worth on a real step. Writes
+benchmarks/results/step_profile.json (``step_profile_tiny.json``).
 
-    python benchmarks/step_profile.py [--repeats 5] [--steps 600]
+    python benchmarks/step_profile.py [--repeats 7] [--steps 600] [--workload mlp|tiny]
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import json
 import platform
 import statistics
 from pathlib import Path
+from typing import Callable
 
 import torch
 from torch import nn
@@ -45,8 +50,25 @@ CONFIGURATIONS = {  # name: (algorithm class or None, trace, progress bar)
     "progress bar": (Touch, "all", True)}
 
 
-def fit_steps(batches: list, algorithm: type, trace: str, progress_bar: bool) -> list[float]:
-    model, data = make_model(0), Stamped(batches)
+def make_tiny_batches(steps: int) -> list:
+    """``steps`` batches of 4 examples of 3 features and their labels among 2 classes, the same each run."""
+    gen = torch.Generator().manual_seed(0)
+    x, y = torch.randn(steps * 4, 3, generator=gen), torch.randint(0, 2, (steps * 4,), generator=gen)
+    return list(zip(x.split(4), y.split(4)))
+
+
+def make_tiny_model(seed: int) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Linear(3, 2)
+
+
+WORKLOADS = {"mlp": (make_batches, make_model, 600), "tiny": (make_tiny_batches, make_tiny_model, 3000)}
+"""Each workload's batches, model and default number of steps."""
+
+
+def fit_steps(batches: list, algorithm: type, trace: str, progress_bar: bool,
+              model_fn: Callable[[int], nn.Module] = make_model) -> list[float]:
+    model, data = model_fn(0), Stamped(batches)
     algorithms = [algorithm(e) for e in STEP_EVENTS] if algorithm else []
     Trainer(model, data, f"{len(batches)}ba", loss_fn=nn.functional.cross_entropy, optimizers=make_optimizer(model),
             algorithms=algorithms, device="cpu", trace=trace, progress_bar=progress_bar).fit()
@@ -56,12 +78,15 @@ def fit_steps(batches: list, algorithm: type, trace: str, progress_bar: bool) ->
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--steps", type=int, default=None, help="default: 600 (mlp), 3000 (tiny)")
+    parser.add_argument("--workload", choices=list(WORKLOADS), default="mlp")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    batches = make_batches(args.steps)
-    runs = {"plain loop": lambda: plain_loop(batches)[1],
-            **{name: (lambda c=config: fit_steps(batches, *c)) for name, config in CONFIGURATIONS.items()}}
+    batches_fn, model_fn, steps = WORKLOADS[args.workload]
+    args.steps = args.steps or steps
+    batches = batches_fn(args.steps)
+    runs = {"plain loop": lambda: plain_loop(batches, model_fn)[1],
+            **{name: (lambda c=config: fit_steps(batches, *c, model_fn)) for name, config in CONFIGURATIONS.items()}}
     for run in runs.values():
         run()  # warm up
     rounds: dict[str, list] = {name: [] for name in runs}  # each round's step p10, us
@@ -74,14 +99,14 @@ def main() -> None:
     p10s = {"plain loop": statistics.median(rounds["plain loop"])}
     for before, name in zip(names, names[1:]):
         p10s[name] = p10s[before] + parts[name]  # (the plain loop's median step plus the parts up to here)
-    result = {"benchmark": "step_profile", "steps": args.steps, "repeats": args.repeats, "step_p10_us": p10s,
-              "parts_us": parts, "rounds_step_p10_us": rounds, "torch": torch.__version__, "python": platform.python_version(),
+    result = {"benchmark": "step_profile", "workload": args.workload, "steps": args.steps, "repeats": args.repeats,
+              "step_p10_us": p10s, "parts_us": parts, "rounds_step_p10_us": rounds, "torch": torch.__version__, "python": platform.python_version(),
               "processor": processor()}
-    out = Path(__file__).parent / "results" / "step_profile.json"
+    out = Path(__file__).parent / "results" / f"step_profile{'' if args.workload == 'mlp' else '_' + args.workload}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
-    print(f"{result['processor']}; torch {torch.__version__}, one thread; {args.repeats} rounds of {args.steps} steps, "
-          f"median over the rounds of each round's step p10 differences")
+    print(f"{result['processor']}; torch {torch.__version__}, one thread; {args.workload}: {args.repeats} rounds of "
+          f"{args.steps} steps, median over the rounds of each round's step p10 differences")
     print(f"{'plain loop':22} {p10s['plain loop']:7.1f} us")
     for name, part in parts.items():
         print(f"{'+ ' + name:22} {part:+7.1f} us  (step {p10s[name]:.1f} us, {p10s[name] / p10s['plain loop']:.3f}x)")
