@@ -100,9 +100,10 @@ def main() -> None:
     for before, name in zip(names, names[1:]):
         p10s[name] = p10s[before] + parts[name]  # (the plain loop's median step plus the parts up to here)
     result = {"benchmark": "step_profile", "workload": args.workload, "steps": args.steps, "repeats": args.repeats,
-              "step_p10_us": p10s, "parts_us": parts, "rounds_step_p10_us": rounds, "torch": torch.__version__, "python": platform.python_version(),
-              "processor": processor()}
-    out = Path(__file__).parent / "results" / f"step_profile{'' if args.workload == 'mlp' else '_' + args.workload}.json"
+              "step_p10_us": p10s, "parts_us": parts, "rounds_step_p10_us": rounds, "torch": torch.__version__,
+              "python": platform.python_version(), "processor": processor()}
+    name = "step_profile" if args.workload == "mlp" else f"step_profile_{args.workload}"
+    out = Path(__file__).parent / "results" / f"{name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     print(f"{result['processor']}; torch {torch.__version__}, one thread; {args.workload}: {args.repeats} rounds of "
