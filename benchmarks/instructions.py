@@ -18,10 +18,10 @@ Instructions are not time: an instruction of torch's kernels takes a fraction of
 the interpreter's more, and a cache miss costs no instruction at all. The counts decide whether a
 change of the Python on the hot path does less work where a timed A/B cannot tell 1%, down to the
 count's own spread: two counts of one tree differ by 1,000-3,000 instructions a step (0.04%), so
-a smaller cut needs several counts. ``trainer_overhead.py`` says what a cut is worth in time. (Counting bytecodes, as
-``trainer_overhead.py`` also does, misleads for C calls: ``all(map(operator.is_, ...))`` is fewer
-bytecodes than five ``is`` tests and three times the instructions.) Needs valgrind; about seven
-minutes a configuration, two at a time. Writes benchmarks/results/instructions.json.
+a smaller cut needs several counts. ``trainer_overhead.py`` says what a cut is worth in time.
+(Counting bytecodes, as ``trainer_overhead.py`` also does, misleads for C calls:
+``all(map(operator.is_, ...))`` is fewer bytecodes than five ``is`` tests and three times the
+instructions.) Needs valgrind; about seven minutes a configuration, two at a time. Writes benchmarks/results/instructions.json.
 
     python benchmarks/instructions.py [--jobs 2] [--configs plain trainer off declared all]
 """

@@ -29,6 +29,7 @@ import argparse
 import json
 import platform
 import statistics
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -50,19 +51,13 @@ CONFIGURATIONS = {  # name: (algorithm class or None, trace, progress bar)
     "progress bar": (Touch, "all", True)}
 
 
-def make_tiny_batches(steps: int) -> list:
-    """``steps`` batches of 4 examples of 3 features and their labels among 2 classes, the same each run."""
-    gen = torch.Generator().manual_seed(0)
-    x, y = torch.randn(steps * 4, 3, generator=gen), torch.randint(0, 2, (steps * 4,), generator=gen)
-    return list(zip(x.split(4), y.split(4)))
-
-
 def make_tiny_model(seed: int) -> nn.Module:
     torch.manual_seed(seed)
     return nn.Linear(3, 2)
 
 
-WORKLOADS = {"mlp": (make_batches, make_model, 600), "tiny": (make_tiny_batches, make_tiny_model, 3000)}
+WORKLOADS = {"mlp": (make_batches, make_model, 600),
+             "tiny": (partial(make_batches, size=4, features=3, classes=2), make_tiny_model, 3000)}
 """Each workload's batches, model and default number of steps."""
 
 

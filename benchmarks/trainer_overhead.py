@@ -61,11 +61,13 @@ TRACES = ("all", "off")
 """The trace levels each round fits the trainer with."""
 
 
-def make_batches(steps: int) -> list:
-    """``steps`` batches of 64 random 784-feature inputs and their labels among 10 classes, the same each run."""
+def make_batches(steps: int, size: int = 64, features: int = 784, classes: int = 10) -> list:
+    """``steps`` batches of ``size`` random inputs of ``features`` values and their labels among
+    ``classes``, the same each run."""
     gen = torch.Generator().manual_seed(0)
-    x, y = torch.randn(steps * 64, 784, generator=gen), torch.randint(0, 10, (steps * 64,), generator=gen)
-    return list(zip(x.split(64), y.split(64)))
+    x = torch.randn(steps * size, features, generator=gen)
+    y = torch.randint(0, classes, (steps * size,), generator=gen)
+    return list(zip(x.split(size), y.split(size)))
 
 
 def make_model(seed: int) -> nn.Module:
