@@ -28,10 +28,10 @@ class ModelAdapter:
         """The model's outputs for ``batch``."""
         if self.loss_fn is None:
             return model(batch)
-        return model(batch[0] if type(batch) is tuple else batch_inputs(batch))  # (the usual batch: no call)
+        return model(batch_inputs(batch))
 
     def loss(self, model: torch.nn.Module, outputs: Any, batch: Any) -> torch.Tensor:
         """The (mean-reduced) training loss of ``outputs`` on ``batch``."""
         if self.loss_fn is None:
             return model.loss(outputs, batch)
-        return self.loss_fn(outputs, batch[1] if type(batch) is tuple and len(batch) > 1 else batch_targets(batch))
+        return self.loss_fn(outputs, batch_targets(batch))
