@@ -21,7 +21,8 @@ count's own spread: two counts of one tree differ by 1,000-3,000 instructions a 
 a smaller cut needs several counts. ``trainer_overhead.py`` says what a cut is worth in time.
 (Counting bytecodes, as ``trainer_overhead.py`` also does, misleads for C calls:
 ``all(map(operator.is_, ...))`` is fewer bytecodes than five ``is`` tests and three times the
-instructions.) Needs valgrind; about seven minutes a configuration, two at a time. Writes benchmarks/results/instructions.json.
+instructions.) Needs valgrind; about seven minutes a configuration, two at a time. Writes
+benchmarks/results/instructions.json.
 
     python benchmarks/instructions.py [--jobs 2] [--configs plain trainer off declared all]
 """
