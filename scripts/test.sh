@@ -17,5 +17,9 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
     || echo "note: could not install chromium; the browser test will be skipped"
 fi
 
+# Style and the complexity limit; the layers contract and module sizes are tests (tests/test_layers.py,
+# tests/test_code_shape.py).
+ruff check composer_lab tests benchmarks
+
 python -m pytest tests notebooks --nbval --nbval-current-env \
   --nbval-sanitize-with composer_lab/nbval_sanitize.cfg "$@"
