@@ -16,10 +16,17 @@ from composer_lab.algorithms.progressive_resizing import resize_batch
 from composer_lab.algorithms.randaugment import randaugment, randaugment_image
 from composer_lab.algorithms.random_subset import select_random_subset
 from composer_lab.algorithms.selective_backprop import select_using_loss, should_selective_backprop
+from composer_lab.algorithms.ghost_batchnorm import apply_ghost_batchnorm
+from composer_lab.algorithms.weight_standardization import apply_weight_standardization
+from composer_lab.algorithms.low_precision_layernorm import apply_low_precision_layernorm
+from composer_lab.algorithms.low_precision_groupnorm import apply_low_precision_groupnorm
+from composer_lab.algorithms.gyro_dropout import apply_gyro_dropout
 
 __all__ = [
     "apply_alibi", "apply_blurpool", "apply_channels_last", "apply_fused_layernorm", "apply_gated_linear_units",
     "apply_gradient_clipping", "compute_ema", "cutmix", "cutmix_batch", "cutout_batch", "freeze_layers", "mixup_batch",
     "randaugment", "randaugment_image", "resize_batch", "select_random_subset", "select_using_loss",
     "should_selective_backprop", "smooth_labels",
+    "apply_ghost_batchnorm", "apply_weight_standardization", "apply_low_precision_layernorm",
+    "apply_low_precision_groupnorm", "apply_gyro_dropout",
 ]

@@ -19,6 +19,11 @@ from composer_lab.algorithms.progressive_resizing import ProgressiveResizing
 from composer_lab.algorithms.randaugment import RandAugment
 from composer_lab.algorithms.random_subset import RandomSubset
 from composer_lab.algorithms.selective_backprop import SelectiveBackprop
+from composer_lab.algorithms.ghost_batchnorm import GhostBatchNorm
+from composer_lab.algorithms.weight_standardization import WeightStandardization
+from composer_lab.algorithms.low_precision_layernorm import LowPrecisionLayerNorm
+from composer_lab.algorithms.low_precision_groupnorm import LowPrecisionGroupNorm
+from composer_lab.algorithms.gyro_dropout import GyroDropout
 
 ALGORITHMS = {
     "selective_backprop": SelectiveBackprop,
@@ -37,6 +42,11 @@ ALGORITHMS = {
     "fused_layernorm": FusedLayerNorm,
     "randaugment": RandAugment,
     "alibi": Alibi,
+    "ghost_batchnorm": GhostBatchNorm,
+    "weight_standardization": WeightStandardization,
+    "low_precision_layernorm": LowPrecisionLayerNorm,
+    "low_precision_groupnorm": LowPrecisionGroupNorm,
+    "gyro_dropout": GyroDropout,
 }
 
 __all__ = [cls.__name__ for cls in ALGORITHMS.values()] + ["ALGORITHMS"]

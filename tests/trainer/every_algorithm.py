@@ -77,9 +77,21 @@ class Transformer(nn.Module):
         return self.head(self.norm(self.layer(x.reshape(x.shape[0], -1, 8))).mean(1))
 
 
+class GroupNormCnn(Cnn):
+    """The CNN with a GroupNorm in place of its BatchNorm (for LowPrecisionGroupNorm)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bn = nn.GroupNorm(2, 8)
+
+
+LOW_PRECISION = {"low_precision_layernorm": Transformer, "low_precision_groupnorm": GroupNormCnn}
+"""The algorithms that act only under autocast: trained with precision='amp_bf16' on these models."""
+
 ACTIVE_FROM_THE_START = {"selective_backprop": dict(start=0.0, interrupt=0), "random_subset": dict(start=0.0),
                          "layer_freezing": dict(freeze_start=0.0), "progressive_resizing": dict(size_increment=2),
-                         "blurpool": dict(min_channels=1)}
+                         "blurpool": dict(min_channels=1), "ghost_batchnorm": dict(ghost_batch_size=3),
+                         "gyro_dropout": dict(sigma=8, tau=2)}
 
 
 def trainer_for(name: str, num_workers: int = 0, **kwargs):
@@ -92,6 +104,9 @@ def trainer_for(name: str, num_workers: int = 0, **kwargs):
         model = TinyGPT(vocab_size=16, max_sequence_length=8, d_model=8, n_layers=1, n_heads=2, dropout=0.1)
     elif name in ("gated_linear_units", "fused_layernorm"):
         model = Transformer()
+    elif name in LOW_PRECISION:
+        model = LOW_PRECISION[name]()
+        kwargs = {"precision": "amp_bf16", **kwargs}
     else:
         model = Cnn()
     train = torch.utils.data.DataLoader(data, batch_size=8, shuffle=True, num_workers=num_workers)
