@@ -141,8 +141,8 @@ class GyroDropout(SurgeryAlgorithm):
         return True
 
     def apply(self, event: Event, state: State, logger: Logger) -> Optional[int]:
-        """The surgery at the first FIT_START (a later ``fit`` keeps the layers and their schedule)."""
-        if self._layers:
+        """The surgery at the first FIT_START on a model (a later ``fit`` keeps the layers and their schedule)."""
+        if self._layers and any(m is self._layers[0] for m in state.model.modules()):
             return None
         self._schedule, self._generator = _schedule(state), state.generator("cpu")
         super().apply(event, state, logger)

@@ -90,6 +90,8 @@ def test_algorithm_replaces_at_fit_start_with_the_runs_length_and_generator():
     other.fit()  # (nothing left to train: FIT_START's surgery restores the layer)
     restored = other.state.model[2]
     assert torch.equal(restored.preselect_masks, layer.preselect_masks) and restored.training_step == 6
+    trainer.fit("1ba")  # a later fit of the same run keeps its layers and their schedule
+    assert trainer.state.model[2] is layer and layer.training_step == 7
 
 
 @pytest.mark.parametrize("kwargs, match", [(dict(p=1.0), "p must lie in"), (dict(sigma=0), "sigma must be"),
