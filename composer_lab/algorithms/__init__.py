@@ -18,7 +18,9 @@ from composer_lab.algorithms.mixup import MixUp
 from composer_lab.algorithms.progressive_resizing import ProgressiveResizing
 from composer_lab.algorithms.randaugment import RandAugment
 from composer_lab.algorithms.random_subset import RandomSubset
+from composer_lab.algorithms.sam import SAM
 from composer_lab.algorithms.selective_backprop import SelectiveBackprop
+from composer_lab.algorithms.swa import SWA
 
 ALGORITHMS = {
     "selective_backprop": SelectiveBackprop,
@@ -37,6 +39,8 @@ ALGORITHMS = {
     "fused_layernorm": FusedLayerNorm,
     "randaugment": RandAugment,
     "alibi": Alibi,
+    "sam": SAM,
+    "swa": SWA,
 }
 
 __all__ = [cls.__name__ for cls in ALGORITHMS.values()] + ["ALGORITHMS"]

@@ -79,7 +79,9 @@ class Transformer(nn.Module):
 
 ACTIVE_FROM_THE_START = {"selective_backprop": dict(start=0.0, interrupt=0), "random_subset": dict(start=0.0),
                          "layer_freezing": dict(freeze_start=0.0), "progressive_resizing": dict(size_increment=2),
-                         "blurpool": dict(min_channels=1)}
+                         "blurpool": dict(min_channels=1),
+                         "swa": dict(swa_start="0.2dur", swa_end="0.6dur", update_interval="2ba",
+                                     schedule_swa_lr=True, anneal_steps=2)}
 
 
 def trainer_for(name: str, num_workers: int = 0, **kwargs):
