@@ -26,6 +26,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 import pandas as pd
 import torch
 
+from composer_lab.algorithms import ALGORITHMS, name_hint
 from composer_lab.core.algorithm import Algorithm
 from composer_lab.core.checks import check_positive_int
 from composer_lab.core.engine import Engine
@@ -57,7 +58,7 @@ def check_algorithms(algorithms: Sequence[Any]) -> list[Algorithm]:
     for i, algorithm in enumerate(algorithms):
         if not isinstance(algorithm, Algorithm):
             raise TypeError(f"algorithms[{i}] is {type(algorithm).__name__} {algorithm!r}; each entry must be an "
-                            f"Algorithm instance, e.g. LabelSmoothing(0.1)")
+                            f"Algorithm instance, e.g. LabelSmoothing(0.1){_by_name(algorithm)}")
         first = next(j for j, other in enumerate(algorithms) if other is algorithm)
         if first != i:
             name = type(algorithm).__name__
@@ -65,6 +66,15 @@ def check_algorithms(algorithms: Sequence[Any]) -> list[Algorithm]:
                              f"the state of its run, so give each place its own instance, e.g. [{name}(...), "
                              f"{name}(...)]")
     return algorithms
+
+
+def _by_name(name: Any) -> str:
+    """For an algorithm given by its name: the instance to give instead, or the closest names."""
+    if not isinstance(name, str):
+        return ""
+    if name in ALGORITHMS:
+        return f" (for the name {name!r}: ALGORITHMS[{name!r}]() or {ALGORITHMS[name].__name__}())"
+    return name_hint(name) or f" (no algorithm is named {name!r}: composer_lab.algorithms.ALGORITHMS lists the names)"
 
 
 def algorithm_names(algorithms: Sequence[Algorithm]) -> list[str]:
