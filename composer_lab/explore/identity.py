@@ -14,7 +14,8 @@ names them, readable, in the folder's ``sweep.json``:
   digest of the source file of each installed module that defines an algorithm class used.
 
 :func:`differences` says what changed in words: ``EPOCHS: '3ep' -> '12ep'``,
-``GaussianNoise.apply: source changed``. Values are compared by their ``repr`` (tensors, arrays,
+``GaussianNoise.apply: source changed``, and :func:`source_diffs` shows the changed lines.
+Values are compared by their ``repr`` (tensors, arrays,
 a model's weights and a DataFrame's rows by their content): an object whose repr does not show
 its content (a dataset object built outside the factory, a file the factory reads) is not told
 apart; build it inside the factory, where the code that builds it is part of the identity.
@@ -22,6 +23,7 @@ apart; build it inside the factory, where the code that builds it is part of the
 
 from __future__ import annotations
 
+import difflib
 import functools
 import hashlib
 import inspect
@@ -39,7 +41,7 @@ import torch
 
 from composer_lab.core.algorithm import Algorithm
 
-__all__ = ["experiment_identity", "differences", "is_user_code"]
+__all__ = ["experiment_identity", "differences", "source_diffs", "is_user_code"]
 
 _LONG = 200
 """Values whose repr is longer are kept as their type, length and digest."""
@@ -81,12 +83,32 @@ def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         elif key not in old_code:
             lines.append(f"{key}: newly reached")
         elif _code_changed(old_code[key], new_code[key]):
-            lines.append(f"{key}: source changed")
+            shown = " (the lines below)" if _diff(key, old_code[key], new_code[key]) else ""
+            lines.append(f"{key}: source changed{shown}")
     old_values, new_values = old.get("values", {}), new.get("values", {})
     for key in sorted(set(old_values) | set(new_values)):
         if old_values.get(key) != new_values.get(key):
             lines.append(f"{key}: {old_values.get(key, '(not read)')} -> {new_values.get(key, '(not read)')}")
     return lines
+
+
+def source_diffs(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """The changed lines of each function whose source changed from identity ``old`` to ``new``,
+    as a unified diff headed by its name (``make_trainer: batch_size=50 -> 64`` shows as a ``-``
+    and a ``+`` line)."""
+    old_code, new_code = old.get("code", {}), new.get("code", {})
+    diffs = [_diff(key, old_code[key], new_code[key]) for key in sorted(set(old_code) & set(new_code))
+             if _code_changed(old_code[key], new_code[key])]
+    return [diff for diff in diffs if diff]
+
+
+def _diff(key: str, before: Any, after: Any) -> str:
+    """A unified diff of two sources of ``key``; '' where either has none (a module's digest, exec'd code)."""
+    sources = [code.get("source", _NO_SOURCE) if isinstance(code, dict) else _NO_SOURCE for code in (before, after)]
+    if _NO_SOURCE in sources:
+        return ""
+    return "\n".join(difflib.unified_diff(sources[0].splitlines(), sources[1].splitlines(),
+                                          f"{key} (the folder's runs)", f"{key} (now)", n=1, lineterm=""))
 
 
 def is_user_code(obj: Any) -> bool:

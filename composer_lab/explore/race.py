@@ -31,7 +31,7 @@ from scipy import stats
 from composer_lab.explore.stats import check_alpha, check_delta, compare, metric_bounds
 from composer_lab.explore.trials import Trial
 
-__all__ = ["Race", "Decision", "decide", "next_trials", "answer", "check_race", "race_of", "race_values", "look_level",
+__all__ = ["Race", "Decision", "decide", "next_trials", "answer", "check_race", "race_values", "look_level",
            "DECISION_COLUMNS"]
 
 DECISION_COLUMNS = ["order", "n", "mean", "diff", "diff_ci_low", "diff_ci_high", "p_adjusted", "tost_p_adjusted",
@@ -222,16 +222,6 @@ class Race:
     def decision(self) -> Decision:
         return Decision(self.table, answer(self.table, self.delta, self.metric, self.names), self.trained,
                         int(self.values.notna().to_numpy().sum()))
-
-
-def race_of(sweep: Any, delta: float, alpha: float = 0.05, min_seeds: int = 3) -> Race:
-    """A :class:`Race` over ``sweep``'s orders and seeds, from the results already in its folder:
-    what ``Sweep.race`` drives, and where a race stands (``race_of(sweep, delta).decision()``)."""
-    out = set(sweep.out_of_question["algorithm"])
-    asked = [name for name in sweep.names if name not in out] or sweep.names  # whose order is in question
-    return Race(race_values(sweep.results, sweep.labels, sweep.seeds, sweep.metric),
-                {(trial.order, trial.seed): trial for trial in sweep.trials()}, sweep.metric, asked, delta,
-                alpha, min_seeds, sweep.higher_is_better)
 
 
 def race_values(results: pd.DataFrame, orders: Sequence[str], seeds: Sequence[int], metric: str) -> pd.DataFrame:
