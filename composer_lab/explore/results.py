@@ -86,6 +86,20 @@ class SweepFolder:
         (self.path / "rows").mkdir(parents=True, exist_ok=True)
         _write_atomically(info_path, {"format": SWEEP_FORMAT, "experiment": experiment})
 
+    def claim_data(self, data: Mapping[str, str]) -> None:
+        """Record the fingerprints of the data the runs read (:mod:`~composer_lab.explore.data_identity`)
+        the first time; later, refuse the folder when a data set fingerprinted both times changed."""
+        info_path = self.path / "sweep.json"
+        info = json.loads(info_path.read_text())
+        known = info.get("data")
+        if known is None:
+            _write_atomically(info_path, {**info, "data": dict(data)})
+            return
+        changed = [f"{name} data: {known[name]} -> {data[name]}" for name in sorted(set(known) & set(data))
+                   if known[name] != data[name]]
+        if changed:
+            raise SweepFolderTaken(self.path, "", changed)
+
     def clear(self) -> None:
         """Delete what a sweep wrote in the folder (:data:`OWNED`); other files stay."""
         for name in OWNED:

@@ -14,12 +14,14 @@ import math
 import tempfile
 import threading
 import uuid
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
 import pandas as pd
 
 from composer_lab.core.algorithm import Algorithm
+from composer_lab.explore.data_identity import data_fingerprint
 from composer_lab.explore.diff import diff_runs
 from composer_lab.explore.executors import check_executor, check_sendable
 from composer_lab.explore.identity import experiment_identity
@@ -179,6 +181,7 @@ class Sweep:
     def _collect(self, next_trial: Callable[[], Optional[Trial]], on_result: Optional[Callable[[dict], None]],
                  stop: Optional[threading.Event], method: str) -> None:
         """Train what ``next_trial()`` gives through a :class:`Scheduler`; raise the first failure."""
+        self._claim_data()
         def submit(executor: Any, trial: Trial) -> Any:
             trial = dataclasses.replace(trial, attempt=uuid.uuid4().hex)
             return executor.submit(run_trial, self.make_trainer, [self.algorithms[i] for i in trial.positions],
@@ -192,6 +195,17 @@ class Sweep:
             if isinstance(error, (ValueError, TypeError)):
                 raise error  # bad input (the factory, the metric): as the worker raised it
             raise self._failure(trial, error, method) from error
+
+    def _claim_data(self) -> None:
+        """The data the runs read, part of the folder's experiment; a warning where it cannot be."""
+        data = data_fingerprint(self.make_trainer, self.algorithms, self.seeds[0])
+        left_out = {name: why for name, why in data.items() if why.startswith("not part of the identity")}
+        if left_out:
+            warnings.warn(f"the data this sweep's runs read is not part of its identity "
+                          f"({'; '.join(f'{name}: {why}' for name, why in left_out.items())}): finished runs in "
+                          f"{self.folder.path} are reused even if the data changed; start the sweep over after "
+                          f"changing the data", stacklevel=3)
+        self.folder.claim_data({name: value for name, value in data.items() if name not in left_out})
 
     def _failure(self, trial: Trial, error: BaseException, method: str) -> SweepFailed:
         """A failed run (a crash, a worker lost too often), with what finished and what to do."""
