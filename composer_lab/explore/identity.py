@@ -198,31 +198,36 @@ class _Walk:
         """Record ``value`` under ``key``; walk it when it is user code (a function, a class, a
         module whose attributes among ``names`` the reading code may use)."""
         if isinstance(value, types.ModuleType):
-            self.values[key] = f"module {value.__name__}"
-            if is_user_code(value):
-                for name in sorted(names & set(vars(value))):
-                    if not name.startswith("__"):
-                        self.value(f"{value.__name__}.{name}", getattr(value, name))
-            return
-        if isinstance(value, (types.FunctionType, type)):
+            self._module(key, value, names)
+        elif isinstance(value, (types.FunctionType, type)):
             self.values[key] = f"{'class' if isinstance(value, type) else 'function'} {_qualified(value)}"
             self.function(value) if isinstance(value, types.FunctionType) else self.cls(value)
-            return
-        if isinstance(value, functools.partial):
+        elif isinstance(value, functools.partial):
             self.values[key] = f"functools.partial({_qualified(value.func)})"
             self.value(f"{key} arguments", (value.args, value.keywords))
             self.value(f"{key} function", value.func)
+        elif is_user_code(type(value)) and not _has_own_repr(type(value)):
+            self._object(key, value)
+        else:
+            self.values[key] = _text(value)
+
+    def _module(self, key: str, module: types.ModuleType, names: frozenset) -> None:
+        """A module: named; a user module's attributes among ``names`` (those the code reads) walked."""
+        self.values[key] = f"module {module.__name__}"
+        if is_user_code(module):
+            for name in sorted(names & set(vars(module))):
+                if not name.startswith("__"):
+                    self.value(f"{module.__name__}.{name}", getattr(module, name))
+
+    def _object(self, key: str, value: Any) -> None:
+        """An instance of a user class without a repr of its own: its class and fields, once."""
+        if id(value) in self._seen:  # an object reached again (a cycle): its fields are recorded once
+            self.values[key] = f"{_qualified(type(value))} (recorded above)"
             return
-        if is_user_code(type(value)) and not _has_own_repr(type(value)):
-            if id(value) in self._seen:  # an object reached again (a cycle): its fields are recorded once
-                self.values[key] = f"{_qualified(type(value))} (recorded above)"
-                return
-            self._seen.add(id(value))
-            self.cls(type(value))
-            for field, field_value in _fields(value).items():
-                self.value(f"{key}.{field}", field_value)
-            return
-        self.values[key] = _text(value)
+        self._seen.add(id(value))
+        self.cls(type(value))
+        for field, field_value in _fields(value).items():
+            self.value(f"{key}.{field}", field_value)
 
 
 def _names(code: types.CodeType) -> frozenset:

@@ -109,23 +109,28 @@ class MLflowStore:
         """Write ``run`` (parameters, every metric row, its folder as artifacts) as the run tagged
         ``key``, named ``name`` (default: the run's), unless a complete one is there already (then
         only ``tags`` are set on it again); ``params`` and ``tags`` add to the run's own, ``totals``
-        (e.g. the wall time) are metrics logged once, at its end. The MLflow
-        run carries the run's own clock (:func:`run_clock`: its start, end and each step's time).
+        (e.g. the wall time) are metrics logged once, at its end. The MLflow run carries the run's
+        own clock (:func:`run_clock`: its start, end and each step's time).
         Returns the MLflow run's id."""
-        params, tags = params or {}, tags or {}
+        tags = tags or {}
         found = self.find_run(experiment_id, key)
         if found is not None and found.data.tags.get(COMPLETE) == "true":
-            for name, value in tags.items():
-                self.client.set_tag(found.info.run_id, name, value)
+            for tag, value in tags.items():
+                self.client.set_tag(found.info.run_id, tag, value)
             return found.info.run_id
         if found is not None:
             self.client.delete_run(found.info.run_id)  # an export cut short: written anew
+        return self._write(run, experiment_id, {RUN_KEY: str(run.config.get("run_id")), **key, **tags},
+                           {**run_params(run), **order_params(run), **(params or {})}, name or run.name, totals or {})
+
+    def _write(self, run: Run, experiment_id: str, tags: Mapping[str, str], params: Mapping[str, Any], name: str,
+               totals: Mapping[str, float]) -> str:
+        """A new MLflow run of ``run`` on its own clock, FINISHED; its id."""
         clock = run_clock(run)
-        run_id = self.create_run(experiment_id, name or run.name,
-                                 {RUN_KEY: str(run.config.get("run_id")), **key, **tags}, clock and clock.start)
-        self.log_params(run_id, {**run_params(run), **order_params(run), **params})
+        run_id = self.create_run(experiment_id, name, tags, clock and clock.start)
+        self.log_params(run_id, params)
         self.log_metrics(run_id, run.metrics, clock)
-        for metric, value in (totals or {}).items():
+        for metric, value in totals.items():
             self.client.log_metric(run_id, metric, value, timestamp=clock and clock.end)
         self.log_run_folder(run_id, run)
         self.end(run_id, "FINISHED", clock and clock.end)
