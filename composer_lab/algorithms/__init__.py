@@ -3,6 +3,8 @@
 ``ALGORITHMS`` maps snake_case names (as the command line takes them) to the classes.
 """
 
+import difflib
+
 from composer_lab.algorithms.alibi import Alibi
 from composer_lab.algorithms.blurpool import BlurPool
 from composer_lab.algorithms.channels_last import ChannelsLast
@@ -22,7 +24,25 @@ from composer_lab.algorithms.sam import SAM
 from composer_lab.algorithms.selective_backprop import SelectiveBackprop
 from composer_lab.algorithms.swa import SWA
 
-ALGORITHMS = {
+
+class _Registry(dict):
+    """The names' table: a name it lacks raises a KeyError naming the closest names."""
+
+    def __missing__(self, name: object) -> type:
+        raise KeyError(f"no algorithm is named {name!r}{name_hint(name)}; the names are {sorted(self)}")
+
+
+def name_hint(name: object) -> str:
+    """' (did you mean 'cutout'?)' for a misspelt algorithm name (its class's name too); '' otherwise."""
+    if not isinstance(name, str):
+        return ""
+    by_key = {key: key for key in ALGORITHMS} | {cls.__name__.lower(): key for key, cls in ALGORITHMS.items()}
+    close = difflib.get_close_matches(name.lower().replace("-", "_"), by_key, n=2, cutoff=0.6)
+    names = list(dict.fromkeys(by_key[c] for c in close))
+    return f" (did you mean {' or '.join(map(repr, names))}?)" if names else ""
+
+
+ALGORITHMS = _Registry({
     "selective_backprop": SelectiveBackprop,
     "random_subset": RandomSubset,
     "label_smoothing": LabelSmoothing,
@@ -41,6 +61,6 @@ ALGORITHMS = {
     "alibi": Alibi,
     "sam": SAM,
     "swa": SWA,
-}
+})
 
-__all__ = [cls.__name__ for cls in ALGORITHMS.values()] + ["ALGORITHMS"]
+__all__ = [cls.__name__ for cls in ALGORITHMS.values()] + ["ALGORITHMS", "name_hint"]

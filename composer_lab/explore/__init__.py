@@ -21,8 +21,9 @@ from composer_lab.explore.executors import InlineExecutor, local_pool
 from composer_lab.explore.orderings import algorithm_names, order_label, orderings, out_of_question, run_label
 from composer_lab.explore.precedence import precedence
 from composer_lab.explore.ranking import plot_ranking, rank_orders
+from composer_lab.explore.results import SweepFolderTaken
 from composer_lab.explore.sweep import Sweep
 
 __all__ = ["orderings", "algorithm_names", "order_label", "run_label", "out_of_question", "commutation",
            "plot_commutation", "Sweep", "local_pool", "InlineExecutor",
-           "diff_runs", "rank_orders", "plot_ranking", "precedence", "stats"]
+           "diff_runs", "rank_orders", "plot_ranking", "precedence", "stats", "SweepFolderTaken"]

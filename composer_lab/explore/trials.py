@@ -19,6 +19,7 @@ import torch
 
 from composer_lab.core.algorithm import Algorithm
 from composer_lab.core.passes import pass_name
+from composer_lab.explore.learning import chance_level
 from composer_lab.explore.orderings import algorithm_names
 from composer_lab.explore.results import SweepFolder
 from composer_lab.trainer.trainer import Trainer
@@ -113,6 +114,7 @@ def run_trial(make_trainer: Callable[[list, int], Any], algorithms: Sequence[Alg
     trainer.to_run().save(run_folder, overwrite=True)  # a run cut short before may have left a partial one
     row = {"order": trial.order, "positions": list(trial.positions), "seed": trial.seed, **final,
            "samples": int(trainer.state.timestamp.sample), "wall_time": seconds,
+           **({"chance": chance} if (chance := chance_level(trainer)) is not None else {}),
            "run_folder": str(run_folder.relative_to(sweep.path))}
     sweep.write_row(trial.key, row)
     return row
