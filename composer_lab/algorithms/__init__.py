@@ -19,6 +19,10 @@ from composer_lab.algorithms.progressive_resizing import ProgressiveResizing
 from composer_lab.algorithms.randaugment import RandAugment
 from composer_lab.algorithms.random_subset import RandomSubset
 from composer_lab.algorithms.selective_backprop import SelectiveBackprop
+from composer_lab.algorithms.stochastic_depth import StochasticDepth
+from composer_lab.algorithms.squeeze_excite import SqueezeExcite
+from composer_lab.algorithms.factorize import Factorize
+from composer_lab.algorithms.no_op_model import NoOpModel
 
 ALGORITHMS = {
     "selective_backprop": SelectiveBackprop,
@@ -37,6 +41,10 @@ ALGORITHMS = {
     "fused_layernorm": FusedLayerNorm,
     "randaugment": RandAugment,
     "alibi": Alibi,
+    "stochastic_depth": StochasticDepth,
+    "squeeze_excite": SqueezeExcite,
+    "factorize": Factorize,
+    "no_op_model": NoOpModel,
 }
 
 __all__ = [cls.__name__ for cls in ALGORITHMS.values()] + ["ALGORITHMS"]
