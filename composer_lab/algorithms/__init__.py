@@ -20,7 +20,7 @@ from composer_lab.algorithms.randaugment import RandAugment
 from composer_lab.algorithms.random_subset import RandomSubset
 from composer_lab.algorithms.selective_backprop import SelectiveBackprop
 from composer_lab.algorithms.stochastic_depth import StochasticDepth
-from composer_lab.algorithms.squeeze_excite import SqueezeExcite
+from composer_lab.algorithms.squeeze_excite import SqueezeExcite, SqueezeExcite2d, SqueezeExciteConv2d
 from composer_lab.algorithms.factorize import Factorize
 from composer_lab.algorithms.no_op_model import NoOpModel
 
@@ -48,3 +48,4 @@ ALGORITHMS = {
 }
 
 __all__ = [cls.__name__ for cls in ALGORITHMS.values()] + ["ALGORITHMS"]
+__all__ += ["SqueezeExcite2d", "SqueezeExciteConv2d"]  # (layers Composer exports here too)

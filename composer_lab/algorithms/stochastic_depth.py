@@ -209,6 +209,9 @@ class StochasticDepth(Algorithm):
         self.drop_rate = drop_rate
         self.drop_distribution = drop_distribution
         self.num_stochastic_layers = 0
+        if drop_rate == 0:
+            warnings.warn(NoEffectWarning("StochasticDepth with drop_rate=0 drops nothing; pass a drop_rate above 0"),
+                          stacklevel=2)
 
     events = frozenset({Event.INIT, Event.BATCH_START})
     writes = frozenset({"model", "optimizers"})
