@@ -59,21 +59,21 @@ def _rebuilt(entry: dict[str, Any], path: Any) -> Algorithm:
 
 def add_required_algorithms(trainer: Any, entries: list[dict[str, Any]], path: Any) -> list[Algorithm]:
     """Add to ``trainer`` the required_on_load algorithms of the checkpoint ``entries`` whose class
-    it lacks, applied at once in the order the passes give INIT (refused, before any is applied,
-    when that order puts one before an algorithm the trainer already applied). Returns them."""
+    it lacks, applied at once as at INIT, in the checkpoint's order (refused, before any is
+    applied, when the run applied one before an algorithm this trainer has already applied).
+    Returns them."""
     state = trainer.state
-    present = {type(a).__name__ for a in state.algorithms}
+    present = {type(a).__name__: a for a in state.algorithms}
     missing = [e for e in entries if e.get(REQUIRED_KEY) and e.get("cls") not in present]
     added = [_rebuilt(entry, path) for entry in missing]
     if not added:
         return []
-    order = trainer.engine.plan(Event.INIT, [*state.algorithms, *added], assume_matched=True)
-    first = min(order.index(a) for a in added)
-    before = [a for a in order[first:] if not any(a is b for b in added) and a.listens(Event.INIT)]
-    if before:
-        raise _refusal(path, missing[0], f"it would run at INIT before {type(before[0]).__name__}, which already "
-                                         f"ran, so adding it now would not give the run's model")
-    for algorithm in order[first:]:
+    later = entries[entries.index(missing[0]) + 1:]
+    applied = [present[e["cls"]] for e in later if e.get("cls") in present and present[e["cls"]].listens(Event.INIT)]
+    if applied:
+        raise _refusal(path, missing[0], f"the run applied it at INIT before {type(applied[0]).__name__}, which this "
+                                         f"trainer already applied, so adding it now would not give the run's model")
+    for algorithm in added:
         if algorithm.listens(Event.INIT) and algorithm.match(Event.INIT, state):
             algorithm.apply(Event.INIT, state, trainer.logger)
     state.algorithms.extend(added)
