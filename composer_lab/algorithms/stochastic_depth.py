@@ -209,6 +209,8 @@ class StochasticDepth(Algorithm):
         self.drop_rate = drop_rate
         self.drop_distribution = drop_distribution
         self.num_stochastic_layers = 0
+        if not float(self.drop_warmup):
+            self.events = frozenset({Event.INIT})  # (no warm-up: nothing to do at BATCH_START)
         if drop_rate == 0:
             warnings.warn(NoEffectWarning("StochasticDepth with drop_rate=0 drops nothing; pass a drop_rate above 0"),
                           stacklevel=2)
@@ -223,9 +225,6 @@ class StochasticDepth(Algorithm):
     @staticmethod
     def required_on_load() -> bool:
         return True
-
-    def match(self, event: Event, state: State) -> bool:
-        return event is Event.INIT or (event is Event.BATCH_START and float(self.drop_warmup) > 0)
 
     def apply(self, event: Event, state: State, logger: Logger) -> Optional[int]:
         target = _STOCHASTIC_LAYER_MAPPING[self.target_layer_name][0]
