@@ -16,6 +16,10 @@ from composer_lab.algorithms.progressive_resizing import resize_batch
 from composer_lab.algorithms.randaugment import randaugment, randaugment_image
 from composer_lab.algorithms.random_subset import select_random_subset
 from composer_lab.algorithms.selective_backprop import select_using_loss, should_selective_backprop
+from composer_lab.algorithms.stochastic_depth import apply_stochastic_depth
+from composer_lab.algorithms.squeeze_excite import apply_squeeze_excite
+from composer_lab.algorithms.factorize import apply_factorization
+from composer_lab.algorithms.no_op_model import apply_no_op_model
 
 __all__ = [
     "apply_alibi", "apply_blurpool", "apply_channels_last", "apply_fused_layernorm", "apply_gated_linear_units",
@@ -23,3 +27,4 @@ __all__ = [
     "randaugment", "randaugment_image", "resize_batch", "select_random_subset", "select_using_loss",
     "should_selective_backprop", "smooth_labels",
 ]
+__all__ += ["apply_stochastic_depth", "apply_squeeze_excite", "apply_factorization", "apply_no_op_model"]

@@ -22,7 +22,11 @@ from composer_lab.algorithms.randaugment import RandAugment
 from composer_lab.algorithms.random_subset import RandomSubset
 from composer_lab.algorithms.sam import SAM
 from composer_lab.algorithms.selective_backprop import SelectiveBackprop
+from composer_lab.algorithms.squeeze_excite import SqueezeExcite, SqueezeExcite2d, SqueezeExciteConv2d
+from composer_lab.algorithms.stochastic_depth import StochasticDepth
 from composer_lab.algorithms.swa import SWA
+from composer_lab.algorithms.factorize import Factorize
+from composer_lab.algorithms.no_op_model import NoOpModel
 
 
 class _Registry(dict):
@@ -61,6 +65,11 @@ ALGORITHMS = _Registry({
     "alibi": Alibi,
     "sam": SAM,
     "swa": SWA,
+    "stochastic_depth": StochasticDepth,
+    "squeeze_excite": SqueezeExcite,
+    "factorize": Factorize,
+    "no_op_model": NoOpModel,
 })
 
 __all__ = [cls.__name__ for cls in ALGORITHMS.values()] + ["ALGORITHMS", "name_hint"]
+__all__ += ["SqueezeExcite2d", "SqueezeExciteConv2d"]  # (layers Composer exports here too)
