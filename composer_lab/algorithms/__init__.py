@@ -19,6 +19,9 @@ from composer_lab.algorithms.progressive_resizing import ProgressiveResizing
 from composer_lab.algorithms.randaugment import RandAugment
 from composer_lab.algorithms.random_subset import RandomSubset
 from composer_lab.algorithms.selective_backprop import SelectiveBackprop
+from composer_lab.algorithms.seq_length_warmup import SeqLengthWarmup
+from composer_lab.algorithms.colout import ColOut
+from composer_lab.algorithms.augmix import AugMix
 
 ALGORITHMS = {
     "selective_backprop": SelectiveBackprop,
@@ -37,6 +40,9 @@ ALGORITHMS = {
     "fused_layernorm": FusedLayerNorm,
     "randaugment": RandAugment,
     "alibi": Alibi,
+    "seq_length_warmup": SeqLengthWarmup,
+    "colout": ColOut,
+    "augmix": AugMix,
 }
 
 __all__ = [cls.__name__ for cls in ALGORITHMS.values()] + ["ALGORITHMS"]
