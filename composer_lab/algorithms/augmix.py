@@ -53,10 +53,11 @@ def mixing_weights(width: int, alpha: float, generator: Optional[torch.Generator
 
 
 def _mix(image: torch.Tensor, chains: list[torch.Tensor], weights: list[float], share: float) -> torch.Tensor:
-    """``(1 - share) * image + share * sum(w * chain)``, in the image's dtype (integers truncated, as Composer)."""
+    """``(1 - share) * image + share * sum(w * chain)``, in the image's dtype: integers rounded
+    (Composer truncates, which takes 1 off a pixel whose mix falls a rounding error short of it)."""
     combined = sum(w * chain.float() for w, chain in zip(weights, chains))
     mixed = (1 - share) * image.float() + share * combined
-    return mixed if image.is_floating_point() else mixed.clamp(0, 255).to(image.dtype)
+    return mixed if image.is_floating_point() else mixed.round().clamp(0, 255).to(image.dtype)
 
 
 def augmix_image(img: Any, severity: int = 3, depth: int = -1, width: int = 3, alpha: float = 1.0,

@@ -187,6 +187,8 @@ class SeqLengthWarmup(Algorithm):
                                    self.max_seq_length, self.step_size)
 
     def apply(self, event: Event, state: State, logger: Logger) -> Optional[int]:
+        if event is not Event.AFTER_DATALOADER:  # (Composer's also runs at INIT, to check the model's class)
+            return None
         inputs = state.batch_get_item(0)
         if not (isinstance(inputs, torch.Tensor) and inputs.dim() == 2 and not inputs.is_floating_point()):
             shape = tuple(inputs.shape) if isinstance(inputs, torch.Tensor) else type(inputs).__name__

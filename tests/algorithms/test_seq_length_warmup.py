@@ -161,3 +161,10 @@ def test_a_hugging_face_gpt2_trains_on_its_dict_batches_cut_alike():
     assert [s["input_ids"] for s in shapes.seen] == [(16, 4), (8, 8), (5, 12)]  # 64 tokens in rows of 4, 8, 12
     assert all(len(set(s.values())) == 1 for s in shapes.seen)  # labels and mask cut like the ids
     assert trainer.metrics.query("name == 'loss/train'").value.notna().all()
+
+
+def test_applied_at_init_as_composers_own_tests_do_it_changes_nothing():
+    from composer_lab.core import Event, Logger, State
+
+    state = State(torch.nn.Linear(2, 2), "1ep")
+    assert SeqLengthWarmup().apply(Event.INIT, state, Logger(state)) is None and state.batch is None
