@@ -27,6 +27,9 @@ from composer_lab.algorithms.stochastic_depth import StochasticDepth
 from composer_lab.algorithms.swa import SWA
 from composer_lab.algorithms.factorize import Factorize
 from composer_lab.algorithms.no_op_model import NoOpModel
+from composer_lab.algorithms.seq_length_warmup import SeqLengthWarmup
+from composer_lab.algorithms.colout import ColOut
+from composer_lab.algorithms.augmix import AugMix
 
 
 class _Registry(dict):
@@ -69,6 +72,9 @@ ALGORITHMS = _Registry({
     "squeeze_excite": SqueezeExcite,
     "factorize": Factorize,
     "no_op_model": NoOpModel,
+    "seq_length_warmup": SeqLengthWarmup,
+    "colout": ColOut,
+    "augmix": AugMix,
 })
 
 __all__ = [cls.__name__ for cls in ALGORITHMS.values()] + ["ALGORITHMS", "name_hint"]
