@@ -33,7 +33,8 @@ from composer_lab.explore.orderings import algorithm_names
 from composer_lab.explore.results import SweepFolder
 from composer_lab.explore.scheduler import Scheduler, SweepFailed
 from composer_lab.explore.speedup import COSTS, answer, curves, pareto, speedup_table
-from composer_lab.explore.sweep import DEFAULT_METRIC, _check_seeds
+from composer_lab.explore.sweep import DEFAULT_METRIC
+from composer_lab.explore.sweep_orders import check_seeds
 from composer_lab.explore.trials import Trial, run_trial
 from composer_lab.figures import LabFigure
 
@@ -75,7 +76,7 @@ class Frontier:
         self.candidates = check_candidates(candidates)
         self.baseline = _baseline(self.candidates, baseline)
         self.durations = _check_durations(durations)
-        self.seeds = _check_seeds(seeds)
+        self.seeds = check_seeds(seeds)
         self.cost = _check_cost(cost)
         self.executor = executor
         self.algorithms = [a for algorithms in self.candidates.values() for a in algorithms]
