@@ -313,10 +313,9 @@ def test_records_are_named(state):
     state.algorithms = [Smooth()]
     engine = Engine(state)
     engine.run_event(Event.BEFORE_LOSS)
-    (event,) = map(EventRecord._make, engine.trace.event_rows)  # the rows in memory, read by name
-    (call,) = map(InvocationRecord._make, engine.trace.invocation_rows)
+    (event,) = engine.trace.event_rows  # the records in memory, as the engine built them: by name
+    (call,) = engine.trace.invocation_rows
     assert isinstance(event, EventRecord) and isinstance(call, InvocationRecord)
-    assert type(engine.trace.event_rows[0]) is tuple  # stored plain: the garbage collector untracks them
     assert (event.event, call.name, call.exit_code, call.changed) == ("before_loss", "Smooth", 7, ("batch",))
 
 
