@@ -221,4 +221,5 @@ def test_row_raises_the_documented_error(row, tmp_path):
         exec(compile(row.input, "<catalogue>", "exec"), scope)
     assert type(info.value) is expected, f"{row}: raised {type(info.value).__name__}: {info.value}"
     actual = message_of(info.value)
-    assert message_pattern(row.message).fullmatch(actual), f"{row}:\n documented {row.message!r}\n actual     {actual!r}"
+    assert message_pattern(row.message).fullmatch(actual), (
+        f"{row}:\n documented {row.message!r}\n actual     {actual!r}")

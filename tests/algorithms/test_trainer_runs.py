@@ -19,7 +19,8 @@ Trainer = pytest.importorskip("composer_lab.trainer").Trainer
 
 def loader(n: int = 40, batch_size: int = 8) -> torch.utils.data.DataLoader:
     gen = torch.Generator().manual_seed(0)
-    data = torch.utils.data.TensorDataset(torch.randn(n, 3, 8, 8, generator=gen), torch.randint(0, 4, (n,), generator=gen))
+    images, labels = torch.randn(n, 3, 8, 8, generator=gen), torch.randint(0, 4, (n,), generator=gen)
+    data = torch.utils.data.TensorDataset(images, labels)
     return torch.utils.data.DataLoader(data, batch_size=batch_size)
 
 

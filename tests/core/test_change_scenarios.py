@@ -41,7 +41,7 @@ BEFORE, AT, AFTER = Event.BEFORE_LOSS, Event.AFTER_LOSS, Event.BATCH_END
 
 NOTHING: tuple = ()
 NONE = {"First": NOTHING, "Act": NOTHING, "Last": NOTHING}
-B, O, L, M, OPT = ("batch",), ("outputs",), ("loss",), ("model",), ("optimizers",)
+B, OUT, L, M, OPT = ("batch",), ("outputs",), ("loss",), ("model",), ("optimizers",)
 
 
 class Scenario(NamedTuple):
@@ -209,7 +209,7 @@ def _(s, memo):
 
 # -- outputs and loss -----------------------------------------------------------------------
 
-@scenario("outputs: replaced", O)
+@scenario("outputs: replaced", OUT)
 def _(s, memo):
     s.outputs = s.outputs * 2
 
@@ -219,27 +219,27 @@ def _(s, memo):
     s.outputs = s.outputs
 
 
-@scenario("outputs: mul_", O)
+@scenario("outputs: mul_", OUT)
 def _(s, memo):
     s.outputs.mul_(2)
 
 
-@scenario("outputs: add_", O)
+@scenario("outputs: add_", OUT)
 def _(s, memo):
     s.outputs.add_(1)
 
 
-@scenario("outputs: index-assigned (t[0] = 1)", O)
+@scenario("outputs: index-assigned (t[0] = 1)", OUT)
 def _(s, memo):
     s.outputs[0] = 1
 
 
-@scenario("outputs: set to None", O)
+@scenario("outputs: set to None", OUT)
 def _(s, memo):
     s.outputs = None
 
 
-@scenario("outputs: recomputed by a forward pass of the model", O)
+@scenario("outputs: recomputed by a forward pass of the model", OUT)
 def _(s, memo):
     s.outputs = s.model(s.batch[0])
 
@@ -291,12 +291,12 @@ def take_outputs_view(s, memo):
     memo["view"] = s.outputs.detach()[0]
 
 
-@scenario("outputs: a view taken at an earlier event, written now", O, prepare=take_outputs_view)
+@scenario("outputs: a view taken at an earlier event, written now", OUT, prepare=take_outputs_view)
 def _(s, memo):
     memo["view"].mul_(2)
 
 
-@scenario("outputs: written through .data (outputs.data.mul_(2))", NOTHING, hooked=O)
+@scenario("outputs: written through .data (outputs.data.mul_(2))", NOTHING, hooked=OUT)
 def _(s, memo):
     # Seen inside watching(): the call's writes are watched, and the alias shares the outputs'
     # storage. Outside it, not seen (wrong in fact): .data has a version counter of its own.
@@ -608,7 +608,7 @@ def _(s, memo):
     s.loss.mul_(2)
 
 
-@scenario("outputs and loss: both recomputed", O + L)
+@scenario("outputs and loss: both recomputed", OUT + L)
 def _(s, memo):
     s.outputs = s.model(s.batch[0])
     s.loss = F.cross_entropy(s.outputs, s.targets)
@@ -627,7 +627,7 @@ def _(s, memo):
     first(s).requires_grad_(False)
 
 
-@scenario("all five fields", B + O + L + M + OPT, batch="list")
+@scenario("all five fields", B + OUT + L + M + OPT, batch="list")
 def _(s, memo):
     s.batch.append(torch.ones(1))
     s.outputs.add_(1)

@@ -186,7 +186,8 @@ def test_an_algorithm_not_listening_at_an_event_is_not_recorded_as_said_no(state
     """Only algorithms asked ``match`` appear with matched=False (issue 32)."""
     state.algorithms = [Smooth(), Recorder("r", [Event.INIT], [])]
     inv = run(state, [Event.BEFORE_LOSS, Event.INIT]).invocations
-    assert list(zip(inv.seq, inv.name, inv.matched)) == [(0, "Smooth", True), (1, "Recorder", True), (1, "Smooth", False)]
+    expected = [(0, "Smooth", True), (1, "Recorder", True), (1, "Smooth", False)]
+    assert list(zip(inv.seq, inv.name, inv.matched)) == expected
 
 
 def test_level_ran_and_off(state):
