@@ -162,3 +162,23 @@ def test_the_ordering_explorer_orders_colout_with_cutout_per_batch_only():
 
     table = commutation(make_trainer, [ColOut(), CutOut()], batches=2).set_index("field")
     assert not table.loc["inputs", "commutes"] and table.loc["inputs", "points"] == 2  # holes land elsewhere
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["sample", "batch"])
+def test_a_run_resumed_mid_epoch_is_exact(tmp_path, batch):
+    """Per sample the transform draws from torch's generator as the DataLoader reads; per batch
+    from the run's generator: a run resumed at its third batch trains as the uninterrupted one."""
+    from tests.trainer.every_algorithm import Cnn, NoisyImages
+
+    def build(**kwargs) -> Trainer:
+        torch.manual_seed(0)
+        loader = torch.utils.data.DataLoader(NoisyImages(16), batch_size=4, shuffle=True)
+        return Trainer(Cnn(), loader, "4ba", loss_fn=torch.nn.functional.cross_entropy, progress_bar=False, seed=3,
+                       algorithms=[ColOut(batch=batch)], **kwargs)
+
+    full = build(save_folder=tmp_path, save_interval="1ba")
+    full.fit()
+    resumed = build(load_path=tmp_path / "ep0-ba2.pt")
+    resumed.fit()
+    for (name, a), b in zip(full.state.model.state_dict().items(), resumed.state.model.state_dict().values()):
+        assert torch.equal(a, b), name
