@@ -25,7 +25,8 @@ __all__ = ["BlurPool", "BlurConv2d", "BlurMaxPool2d", "apply_blurpool", "blur_2d
 _BINOMIAL = torch.tensor([1.0, 2.0, 1.0])
 
 
-def blur_filter(channels: int, dtype: torch.dtype = torch.float32, device: Optional[torch.device] = None) -> torch.Tensor:
+def blur_filter(channels: int, dtype: torch.dtype = torch.float32,
+                device: Optional[torch.device] = None) -> torch.Tensor:
     """A depthwise 3x3 binomial filter, ``[1, 2, 1]`` outer ``[1, 2, 1]`` / 16, per channel."""
     kernel = torch.outer(_BINOMIAL, _BINOMIAL) / 16
     return kernel.to(device=device, dtype=dtype).expand(channels, 1, 3, 3).contiguous()
@@ -129,6 +130,11 @@ class BlurPool(SurgeryAlgorithm):
         self.replace_maxpools = replace_maxpools
         self.blur_first = blur_first
         self.min_channels = min_channels
+
+    @staticmethod
+    def required_on_load() -> bool:
+        """True, as in Composer: the surgery changes the model's ``state_dict``, so a checkpoint needs it."""
+        return True
 
     def operate(self, model: nn.Module, optimizers: list) -> list[str]:
         return apply_blurpool(model, self.replace_convs, self.replace_maxpools, self.blur_first, self.min_channels)

@@ -140,8 +140,12 @@ def built(model_name: str) -> nn.Module:
 
 def configured(algorithm_name: str, model_name: str) -> Any:
     """The algorithm as a user would configure it for the model: its defaults, except Alibi on
-    GPT-2, given the GPT-2 functions, and GhostBatchNorm, given ghost batches of 2 (the default
-    32 exceeds the batches of 4; documented in docs/compatibility.md)."""
+    GPT-2, given the GPT-2 functions, StochasticDepth on resnet18, given its block class
+    (``'ResNetBasicBlock'``; the default is ResNet-50's ``'ResNetBottleneck'``), and
+    GhostBatchNorm, given ghost batches of 2 (the default 32 exceeds the batches of 4)
+    (documented in docs/compatibility.md)."""
+    if algorithm_name == "stochastic_depth" and model_name == "resnet18":
+        return ALGORITHMS[algorithm_name](target_layer_name="ResNetBasicBlock")
     if algorithm_name == "ghost_batchnorm":
         return ALGORITHMS[algorithm_name](ghost_batch_size=2)
     if algorithm_name == "alibi" and model_name == "GPT-2":
