@@ -14,7 +14,7 @@ from composer_lab.lab.pass_editor import PassEditor
 from composer_lab.lab.plots import (plot_algorithm_events, plot_keep_ratio, plot_loss, plot_runs,
                                     plot_timeline)
 from composer_lab.lab.run_panel import RunHandle, RunPanel
-from composer_lab.trainer.sources import RunData, run_data
+from composer_lab.explore.sources import RunData, run_data
 from composer_lab.lab.sweep_panel import SweepHandle, SweepPanel
 
 __all__ = [

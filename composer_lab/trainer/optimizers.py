@@ -35,12 +35,17 @@ def after_init(optimizers: list, model: torch.nn.Module, default: Any) -> None:
     model's parameters as they are now, in its first param group, except those another of
     its groups holds; a trainable parameter in no optimizer is warned about."""
     if default is not None and default in optimizers:
-        others = {id(p) for group in default.param_groups[1:] for p in group["params"]}
+        others = _held(default.param_groups[1:])
         default.param_groups[0]["params"] = [p for p in model.parameters() if id(p) not in others]
-    held = {id(p) for optimizer in optimizers for group in optimizer.param_groups for p in group["params"]}
+    held = _held([group for optimizer in optimizers for group in optimizer.param_groups])
     orphans = [name for name, p in model.named_parameters() if p.requires_grad and id(p) not in held]
     if orphans:
         warnings.warn(f"the model's parameters {orphans[:5]}{' ...' if len(orphans) > 5 else ''} are in no "
                       f"optimizer, so they will not train (a layer replaced at INIT?); give the surgery the "
                       f"optimizers (e.g. register_new_parameters(model, before, state.optimizers)), or build "
                       f"the optimizer over the model after the surgery", stacklevel=3)
+
+
+def _held(groups: list) -> set[int]:
+    """The ids of the parameters in param ``groups``."""
+    return {id(p) for group in groups for p in group["params"]}

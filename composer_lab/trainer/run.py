@@ -36,7 +36,7 @@ class Run:
     ``rank_traces`` holds every rank's trace for a run trained under torchrun (a
     :class:`RankTraces`; the frames themselves when read from a folder written before it).
 
-    The lab reads every run through this type (:func:`~composer_lab.trainer.sources.run_data`),
+    The lab reads every run through this type (:func:`~composer_lab.explore.sources.run_data`),
     which also fills in what it knows of the setup: ``algorithms`` (live objects, from a
     trainer) and ``total_batches`` (the run's length)."""
 

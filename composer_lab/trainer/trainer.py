@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import threading
 import uuid
 from typing import Any, Callable, Optional, Sequence, Union
 
@@ -17,19 +16,21 @@ from composer_lab.core.engine import Engine
 from composer_lab.core.event import Event
 from composer_lab.core.logger import Logger
 from composer_lab.core.state import State
-from composer_lab.core.time import Time, TimeUnit
+from composer_lab.core.time import Time
 from composer_lab.core.trace import Trace
 from composer_lab.trainer import distributed
 from composer_lab.trainer.adapter import ModelAdapter
 from composer_lab.trainer.batching import batch_size
+from composer_lab.trainer.boundary import BatchBoundary
 from composer_lab.trainer.checkpoint import CheckpointSaver, resume, training_payload
 from composer_lab.trainer.clock import WallClock
-from composer_lab.trainer.closure import BatchClosure, step_optimizers
+from composer_lab.trainer.closure import BatchClosure
 from composer_lab.trainer.checks import check_components, check_dataloader, check_microbatch_size
 from composer_lab.trainer.devices import make_grad_scaler, move_to_device, resolve_device, resolve_precision
-from composer_lab.trainer.duration import duration_change_note, max_duration_after, reached_max_duration
+from composer_lab.trainer.duration import plan_fit, reached_end
 from composer_lab.trainer.feed import BatchFeed
-from composer_lab.trainer.failures import InterruptGuard, NonFiniteWatch, abandon_batch, note_failure
+from composer_lab.trainer.failures import (FitInterrupted, InterruptGuard, NonFiniteWatch, abandon_batch,
+                                          evaluation_skipped, interrupt_message, note_failure)
 from composer_lab.trainer.inference import PREDICT_EVENTS, evaluate, run_inference
 from composer_lab.trainer.interval import Interval
 from composer_lab.trainer.lifecycle import LoopLock, close_at_exit
@@ -38,12 +39,11 @@ from composer_lab.trainer.optimizers import DEFAULT_LR, after_init, with_default
 from composer_lab.trainer.progress import ProgressBar
 from composer_lab.trainer.rng import seed_all
 from composer_lab.trainer.run import Run, default_run_name, run_config
+from composer_lab.trainer.step import THROUGHPUT_EVERY, train_batch, watch_loss
 from composer_lab.tracking.tracker import attach_trackers, tell_failure
 
 __all__ = ["Trainer", "DEFAULT_LR", "THROUGHPUT_EVERY"]
 
-THROUGHPUT_EVERY = 50
-"""'throughput/samples_per_sec' is logged every this many batches (host timings) and at epoch ends."""
 
 
 class Trainer:
@@ -143,13 +143,14 @@ class Trainer:
         self._batch_seq = 0  # the trace's seq when the batch in flight was taken
         self.state.closure_call = None
         self.closure = BatchClosure(self.state, self.engine.run_event, self.adapter, self.ddp, self.microbatch_size,
-                                    self._watch_loss)
+                                    lambda loss: watch_loss(self, loss))
         self.clock = WallClock()
         """Times the batches for ``state.timestamp``'s ``*_wct`` (give it a fake time source in a test)."""
         self._guard = InterruptGuard()
         self._loop_lock = LoopLock()
-        self._boundary_lock = threading.RLock()  # (a change may make another: it runs at once then)
-        self._between_batches: Optional[list[Callable[[], None]]] = None  # a list while a fit runs
+        self._boundary = BatchBoundary(lambda: self.busy)
+        self._stop: Optional[Time] = None  # where fit(duration) stops, when before max_duration
+        self._applied, self._evaluated_at = True, None  # (what the last failure left; the last evaluation's batch)
         self._rank_traces: Optional[distributed.RankTraces] = None
         self._close_at_exit = close_at_exit(self)
 
@@ -213,48 +214,34 @@ class Trainer:
 
     # -- fit ------------------------------------------------------------------------------------
     def fit(self, duration: Union[str, Time, None] = None) -> None:
-        """Train until ``max_duration``; ``duration`` trains that much more (and extends
-        ``max_duration``, noted in the trace), so ``fit`` can be called again to continue.
+        """Train until ``max_duration``; ``duration`` trains that much more, so ``fit`` can be
+        called again to continue: within ``max_duration`` this fit stops there and max_duration
+        stays (schedules in fractions of the run keep their batches); past it, max_duration
+        becomes its end (noted in the trace; a warning names the schedules that move).
+        An interrupt raises :class:`~composer_lab.trainer.failures.FitInterrupted` (a
+        KeyboardInterrupt), one line saying where it stopped and how to resume.
 
         Works from any thread; a trainer runs one loop at a time: a call while a fit, eval,
         predict or close is under way (another thread, the lab's run panel, a callback) raises
         :class:`~composer_lab.trainer.lifecycle.TrainerBusy`, a RuntimeError."""
         state = self.state
         with self._loop_lock.hold("fit", state.run_name, state.timestamp.batch):
-            if duration is not None:
-                longer = max_duration_after(state.timestamp, duration)
-                if longer != state.max_duration:
-                    self.trace.note("duration", duration_change_note(state, longer), state.timestamp)
-                state.max_duration = longer
-            self._between_batches = []
-            try:
+            self._stop = None if duration is None else plan_fit(state, self.trace, duration)
+            with self._boundary.open():
                 self._fit()
-            finally:
-                with self._boundary_lock:  # from here on, a change runs at once
-                    self.apply_changes()
-                    self._between_batches = None
 
     def between_batches(self, change: Callable[[], None]) -> None:
         """Run ``change`` (a change of algorithms or passes) at the next batch boundary, after
         BATCH_END in the thread that trains, when a fit runs in another thread (the lab's run
         panel): a change never lands between two events of one batch (LabelSmoothing's
         BEFORE_LOSS and AFTER_LOSS). Run now otherwise."""
-        with self._boundary_lock:
-            if self._between_batches is not None and self.busy:
-                self._between_batches.append(change)
-                return
-        change()
+        self._boundary.defer(change)
 
     def apply_changes(self) -> None:
         """Run the changes :meth:`between_batches` queued, in the calling thread: the loop does
         after each BATCH_END; a callback that waits at a batch boundary (the run panel's pause)
         calls it while it waits, so changes made meanwhile hold at once."""
-        with self._boundary_lock:
-            changes = list(self._between_batches or ())
-            if self._between_batches:
-                self._between_batches.clear()
-            for change in changes:
-                change()
+        self._boundary.apply()
 
     def _fit(self) -> None:
         """The loop of :meth:`fit`, from FIT_START to FIT_END."""
@@ -264,13 +251,15 @@ class Trainer:
                 run(Event.FIT_START)
                 self.throughput.mark(state.timestamp.sample)
                 self.clock.start()
-                while not reached_max_duration(state.timestamp, state.max_duration):
+                while not reached_end(state.timestamp, [state.max_duration, self._stop], None):
                     self._train_epoch()
                 self._flush()
                 run(Event.FIT_END)
                 self.gather_traces()
             except BaseException as err:
                 self._after_failure(err)
+                if isinstance(err, KeyboardInterrupt) and not isinstance(err, FitInterrupted):
+                    raise FitInterrupted(self._interrupt_message()) from None
                 raise
 
     def _train_epoch(self) -> None:
@@ -300,10 +289,10 @@ class Trainer:
         run(Event.AFTER_DATALOADER)
         samples = batch_size(state.batch)
         run(Event.BATCH_START)
-        self._train_batch(samples)
+        train_batch(self, samples)
         run(Event.BATCH_END)
-        if self._between_batches:
-            self.apply_changes()
+        if self._boundary.pending:
+            self._boundary.apply()
         done, saver = state.timestamp, self.checkpoint_saver
         if done.batch % self.flush_interval == 0 or (saver is not None and saver.interval.due_after_batch(done)):
             self._flush()  # every flush_interval batches, and before a checkpoint
@@ -312,11 +301,9 @@ class Trainer:
         run(Event.BATCH_CHECKPOINT)
 
     def _stops_mid_epoch(self) -> bool:
-        """Whether the run ends before this epoch's data does (the next fit continues the epoch):
-        not when it is counted in epochs (max_duration read each batch: stop_training changes it)."""
-        duration, ts, per_epoch = self.state.max_duration, self.state.timestamp, self.state.dataloader_len
-        return (duration.unit is not TimeUnit.EPOCH and (per_epoch is None or ts.batch_in_epoch < per_epoch)
-                and reached_max_duration(ts, duration))
+        """Whether the fit ends before this epoch's data does (the next fit continues the epoch)."""
+        return reached_end(self.state.timestamp, [self.state.max_duration, self._stop], self.state.dataloader_len,
+                           mid_epoch=True)
 
     def _end_epoch(self) -> None:
         """The epoch's data ran out: EPOCH_END, the evaluation and checkpoint due."""
@@ -334,38 +321,6 @@ class Trainer:
             self._evaluate(self.eval_dataloader)
         self.engine.run_event(Event.EPOCH_CHECKPOINT)
 
-    def _train_batch(self, samples: int) -> None:
-        """The batch through the optimizers' steps (its forward, loss and backward in the closure
-        they call), then the schedulers, the step's metrics and the timestamp advance: the batch
-        is applied. A stop pressed meanwhile waits until all of it is done."""
-        state, guard = self.state, self._guard
-        self.closure.scaler = self.scaler  # (a failed batch replaces the trainer's)
-        closure = self.closure.prepare(samples)
-        guard.held = True
-        try:
-            step_optimizers(state.optimizers, closure, self.scaler)
-            state.closure_call = None
-            if self.scaler is not None:
-                self.scaler.update()
-            for scheduler in state.schedulers:
-                scheduler.step()
-            if self.ddp.enabled:
-                samples = distributed.sum_over_ranks(samples)
-            self.logger.log_train_step(closure.logged, state.optimizers[0].param_groups[0]["lr"])
-            if (state.timestamp.batch + 1) % THROUGHPUT_EVERY == 0:
-                self.throughput.log(self.logger, state.timestamp.sample + samples)
-            state.timestamp = state.timestamp.to_next_batch(samples, self.clock.lap())
-            self.feed.applied()
-        finally:
-            state.closure_call = None
-            guard.release()
-
-    def _watch_loss(self, loss: torch.Tensor) -> Any:
-        """What a batch logs of its ``loss``: the mean over the ranks under DDP, kept for the non-finite check."""
-        if self.ddp.enabled:
-            loss = distributed.mean_over_ranks(loss, self.closure.samples)  # every rank agrees
-        return self.nonfinite.watch(loss, self.engine.trace, self.state.timestamp, self._batch_seq)
-
     def _flush(self) -> None:
         """Read the device on the host, once: the logged tensors copied out in bulk, then the
         non-finite check of the losses among them."""
@@ -378,7 +333,14 @@ class Trainer:
         if not applied:
             self.scaler = abandon_batch(self.state, self.scaler)
         note_failure(self.trace, err, self.engine.event, self.state.timestamp, applied)
+        self._applied = applied
         tell_failure(self, err)
+
+    def _interrupt_message(self) -> str:
+        ts = self.state.timestamp
+        skipped = self._applied and evaluation_skipped(ts, self.eval_interval, self.eval_dataloader is not None,
+                                                       self._evaluated_at)
+        return interrupt_message(self.engine.event, ts, self._applied, skipped)
 
     # -- eval and predict -----------------------------------------------------------------------
     def eval(self, eval_dataloader: Any = None) -> dict[str, float]:
@@ -401,6 +363,7 @@ class Trainer:
     def _evaluate(self, dataloader: Any) -> dict[str, torch.Tensor]:
         """One evaluation (:func:`~composer_lab.trainer.inference.evaluate`), after a read of the device."""
         self._flush()
+        self._evaluated_at = self.state.timestamp.batch
         with self.clock.paused():
             return evaluate(self.engine, self.adapter, dataloader, self.eval_metrics)
 

@@ -185,3 +185,37 @@ def test_fp16_with_an_optimizer_that_supports_amp_closures_calls_it_twice():
     trainer.fit()
     assert calls == [0, 1, 0, 1]
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters())), "it trained"
+
+
+def test_several_optimizers_train_the_batch_once_and_each_steps_on_its_gradients():
+    """Each optimizer steps through the closure; the batch's forward and backward run once for
+    all of them (Composer runs them again for each), so two SGDs over halves of the model train
+    as one SGD over all of it."""
+    def fit(split: bool):
+        model = tiny_model()
+        first, second = list(model[0].parameters()), list(model[3].parameters())
+        optimizers = ([torch.optim.SGD(first, lr=LR, momentum=0.9), torch.optim.SGD(second, lr=LR, momentum=0.9)]
+                      if split else [torch.optim.SGD(first + second, lr=LR, momentum=0.9)])
+        forwards = OnEvent(Event.BEFORE_FORWARD)
+        trainer = make_trainer(model=model, optimizers=optimizers, algorithms=[forwards], max_duration="3ba")
+        trainer.fit()
+        return model, forwards.calls
+
+    (split, calls), (whole, _) = fit(True), fit(False)
+    assert calls == 3, "one forward a batch"
+    for a, b in zip(split.parameters(), whole.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_the_closure_returns_the_loss_as_a_tensor_without_a_host_read():
+    returned = []
+
+    class Keep(torch.optim.SGD):
+        def step(self, closure=None):
+            with torch.enable_grad():
+                returned.append(closure())
+            return super().step()
+
+    model = tiny_model()
+    make_trainer(model=model, optimizers=Keep(model.parameters(), lr=LR), max_duration="1ba").fit()
+    assert isinstance(returned[0], torch.Tensor) and not returned[0].requires_grad
