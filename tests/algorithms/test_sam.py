@@ -144,7 +144,7 @@ def test_the_second_pass_sees_the_batch_the_first_pass_saw():
     def record(state):
         seen.setdefault(state.timestamp.batch, []).append((state.closure_call, state.batch[0].clone()))
 
-    algorithms = [SAM(), SelectiveBackprop(start=0.0, end=1.0, keep=0.5, interrupt=0), MixUp(alpha=0.2),
+    algorithms = [SAM(), SelectiveBackprop(start=0.0, end=1.0, keep=0.5, interrupt=0, scale_factor=1), MixUp(alpha=0.2),
                   LabelSmoothing(0.1), OnEvent(Event.BEFORE_TRAIN_BATCH, record)]
     trainer = make_trainer(algorithms=algorithms, max_duration="2ba", seed=1)
     trainer.fit()
