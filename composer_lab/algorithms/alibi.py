@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from composer_lab.algorithms.module_surgery import update_params_in_optimizer
 from composer_lab.algorithms.validation import check_fraction, check_positive
 from composer_lab.algorithms.surgery_algorithm import SurgeryAlgorithm
 from composer_lab.core.event import Event
@@ -268,6 +269,11 @@ class Alibi(SurgeryAlgorithm):
         self.train_sequence_length_scaling = check_fraction("train_sequence_length_scaling",
                                                             train_sequence_length_scaling, low_open=True)
 
+    @staticmethod
+    def required_on_load() -> bool:
+        """True, as in Composer: the surgery changes the model's ``state_dict``, so a checkpoint needs it."""
+        return True
+
     events = frozenset({Event.INIT, Event.AFTER_DATALOADER})
     writes = frozenset({"model", "optimizers", "batch"})
 
@@ -281,6 +287,13 @@ class Alibi(SurgeryAlgorithm):
         return None
 
     def operate(self, model: nn.Module, optimizers: list) -> list[str]:
-        return apply_alibi(model, self.heads_per_layer, self.max_sequence_length, self.position_embedding_attribute,
+        """:func:`apply_alibi`; the optimizers then hold the new (frozen) position embedding instead
+        of the old one."""
+        embedding = _position_embedding(model, self.position_embedding_attribute)
+        old = embedding.weight
+        changed = apply_alibi(model, self.heads_per_layer, self.max_sequence_length, self.position_embedding_attribute,
                            self.attention_module, self.attr_to_replace, self.alibi_attention,
                            self.mask_replacement_function)
+        if optimizers:
+            update_params_in_optimizer([old], [embedding.weight], optimizers)
+        return changed

@@ -130,6 +130,11 @@ class BlurPool(SurgeryAlgorithm):
         self.blur_first = blur_first
         self.min_channels = min_channels
 
+    @staticmethod
+    def required_on_load() -> bool:
+        """True, as in Composer: the surgery changes the model's ``state_dict``, so a checkpoint needs it."""
+        return True
+
     def operate(self, model: nn.Module, optimizers: list) -> list[str]:
         return apply_blurpool(model, self.replace_convs, self.replace_maxpools, self.blur_first, self.min_channels)
 

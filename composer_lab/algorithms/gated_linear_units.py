@@ -3,7 +3,7 @@
 A feed-forward block ``linear2(act(linear1(x)))`` becomes ``linear2(act(linear1(x)) * gate(x))``.
 Blocks are found by shape: modules with ``linear1`` and ``linear2`` (``nn.Linear``) and an
 ``activation``, as ``nn.TransformerEncoderLayer`` and ``nn.TransformerDecoderLayer`` have.
-``linear1`` keeps its Parameter objects; the new gate's parameters join the optimizers.
+``linear1`` keeps its Parameter objects; the new gate's parameters join its optimizer param group.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Callable, Optional
 import torch
 from torch import nn
 
-from composer_lab.algorithms.module_surgery import register_new_parameters
+from composer_lab.algorithms.module_surgery import update_params_in_optimizer
 from composer_lab.algorithms.surgery_algorithm import SurgeryAlgorithm
 from composer_lab.algorithms.warnings import NoEffectWarning
 
@@ -53,17 +53,18 @@ def apply_gated_linear_units(model: nn.Module, optimizers: Optional[list] = None
     if not isinstance(model, nn.Module):
         raise TypeError(f"apply_gated_linear_units needs a torch.nn.Module, got {type(model).__name__}; "
                         f"pass the model itself")
-    before = list(model.parameters())
-    replaced = []
+    replaced, pairs = [], []
     for name, block in list(model.named_modules()):
         if not _is_ffn_block(block) or isinstance(block.linear1, GatedLinear):
             continue
-        block.linear1 = GatedLinear(block.linear1, act_fn or block.activation, gate_bias)
+        pairs.append((block.linear1, GatedLinear(block.linear1, act_fn or block.activation, gate_bias)))
+        block.linear1 = pairs[-1][1]
         block.activation = nn.Identity()
         if hasattr(block, "activation_relu_or_gelu"):
             block.activation_relu_or_gelu = 0  # the fused inference path assumes a plain FFN
         replaced.append(f"{name}.linear1" if name else "linear1")
-    register_new_parameters(model, before, optimizers or [])
+    for old, new in pairs if optimizers else ():  # each gate joins the param group of the layer it gates
+        update_params_in_optimizer(old.parameters(), new.parameters(), optimizers)
     if not replaced:
         warnings.warn(NoEffectWarning(f"GatedLinearUnits changed nothing in {type(model).__name__}: no feed-forward "
                                       f"block with linear1, linear2 (nn.Linear) and activation, as "
@@ -86,6 +87,11 @@ class GatedLinearUnits(SurgeryAlgorithm):
             raise TypeError(f"act_fn must be callable (e.g. torch.nn.functional.gelu), got {act_fn!r}")
         self.act_fn = act_fn
         self.gate_bias = gate_bias
+
+    @staticmethod
+    def required_on_load() -> bool:
+        """True, as in Composer: the surgery changes the model's ``state_dict``, so a checkpoint needs it."""
+        return True
 
     def operate(self, model: nn.Module, optimizers: list) -> list[str]:
         return apply_gated_linear_units(model, optimizers, self.act_fn, self.gate_bias)

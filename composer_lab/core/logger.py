@@ -37,6 +37,8 @@ class Logger:
 
     def __init__(self, state: Optional[State] = None) -> None:
         self.state, self.phase = state, "fit"  # (the engine sets the phase)
+        self.hyperparameters: dict[str, Any] = {}
+        """What :meth:`log_hyperparameters` recorded, by name."""
         self.latest: dict[str, float] = {}
         """Each name's last value as of the last flush (what the progress bar shows: no sync)."""
         self._rows: list[tuple] = []  # logged since the last flush
@@ -58,6 +60,15 @@ class Logger:
                     raise ValueError(f"metric {name!r} has {value.numel()} values; log one scalar per name "
                                      f"(e.g. value.mean())")
             append((batch, epoch, phase, name, value))
+
+    def log_hyperparameters(self, hyperparameters: Mapping[str, Any]) -> None:
+        """Record facts of the run's setup (Composer's ``Logger.log_hyperparameters``: a surgery's layer
+        counts): kept in :attr:`hyperparameters`, and each number also logged as a metric now."""
+        self.hyperparameters.update(hyperparameters)
+        numbers = {k: float(v) for k, v in hyperparameters.items()
+                   if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        if numbers:
+            self.log_metrics(numbers)
 
     def log_train_step(self, loss: Any, lr: Any) -> None:
         """The trainer's rows of every batch, as ``log_metrics({'loss/train': loss, 'lr': lr}, phase='fit')``

@@ -22,7 +22,6 @@ import ipywidgets as widgets
 from composer_lab.core.algorithm import Algorithm
 from composer_lab.explore import Sweep, algorithm_names, local_pool
 from composer_lab.explore.executors import default_workers
-from composer_lab.explore.race import race_of
 from composer_lab.explore.sweep import DEFAULT_METRIC
 from composer_lab.lab.background_run import BackgroundRun
 from composer_lab.lab.plots import figure_png
@@ -143,7 +142,7 @@ class SweepPanel(widgets.VBox):
         if self.sweep is None or self.sweep.results.empty:
             return
         if self._racing:
-            self.table.value = race_of(self.sweep, self.handle.work.delta).decision()._repr_html_()
+            self.table.value = self.sweep.racer(self.handle.work.delta).decision()._repr_html_()
         else:
             self.table.value = self.sweep.ranking().to_html(index=False, float_format=lambda x: f"{x:.4f}", na_rep="")
         self.image.value = figure_png(self.sweep.plot())

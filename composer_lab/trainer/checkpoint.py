@@ -24,6 +24,8 @@ from composer_lab.chunks import ChunkStore, to_table
 from composer_lab.trainer import distributed
 from composer_lab.trainer.distributed import barrier
 from composer_lab.trainer.interval import Interval
+from composer_lab.trainer.param_order import align_param_order, param_names
+from composer_lab.trainer.required import add_required_algorithms, mark_required
 from composer_lab.trainer.rng import rng_state
 
 __all__ = ["CHECKPOINT_FORMAT", "CheckpointError", "CheckpointNotFoundError", "CheckpointSaver",
@@ -186,13 +188,14 @@ def training_payload(trainer: Any) -> Optional[dict[str, Any]]:
         "max_duration": str(state.max_duration),
         "model": state.model.state_dict(),
         "frozen": [name for name, p in state.model.named_parameters() if not p.requires_grad],
+        "optimizer_params": param_names(state.optimizers, state.model),
         "optimizers": [o.state_dict() for o in state.optimizers],
         "schedulers": [s.state_dict() for s in state.schedulers],
         "scaler": scaler.state_dict() if scaler is not None else None,
         "timestamp": state.timestamp.state_dict(),
         "rng": rng_state(),
         "generators": state.generator_states(),
-        "algorithms": _named_states(state.algorithms, trace),
+        "algorithms": mark_required(_named_states(state.algorithms, trace), state.algorithms),
         "callbacks": _named_states(state.callbacks, trace),
         "metrics": _metrics_payload(trainer),  # chunks by reference (no save_folder: the rows)
         "trace": trace.checkpoint(),  # its spilled chunks by reference and the rows in memory: bounded
@@ -222,6 +225,7 @@ def resume(trainer: Any, path: Union[str, os.PathLike]) -> None:
     the saving run went on from it (``trainer.feed``)."""
     state = trainer.state
     ckpt = load_checkpoint(path, map_location=state.device)
+    add_required_algorithms(trainer, ckpt["algorithms"], path)  # (surgery the checkpoint's model had)
     _restore_training(ckpt, path, state, trainer.trace, trainer.scaler)
     trainer.run_id = ckpt.get("run_id", trainer.run_id)
     trainer.feed.resume_random_state(distributed.rank_random_state(ckpt))
@@ -286,6 +290,7 @@ def _restore_training(ckpt: dict[str, Any], path: Any, state: Any, trace: Any, s
     for name, parameter in state.model.named_parameters():
         if name in frozen:
             parameter.requires_grad_(False)
+    align_param_order(state.optimizers, state.model, ckpt.get("optimizer_params"))  # (surgery may reorder them)
     _load_each(state.optimizers, ckpt["optimizers"], "optimizers", path)
     _load_each(state.schedulers, ckpt["schedulers"], "schedulers", path)
     if scaler is not None and ckpt.get("scaler"):

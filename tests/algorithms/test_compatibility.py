@@ -140,7 +140,11 @@ def built(model_name: str) -> nn.Module:
 
 def configured(algorithm_name: str, model_name: str) -> Any:
     """The algorithm as a user would configure it for the model: its defaults, except Alibi on
-    GPT-2, given the GPT-2 functions (documented in docs/compatibility.md)."""
+    GPT-2, given the GPT-2 functions, and StochasticDepth on resnet18, given its block class
+    (``'ResNetBasicBlock'``; the default is ResNet-50's ``'ResNetBottleneck'``) (documented in
+    docs/compatibility.md)."""
+    if algorithm_name == "stochastic_depth" and model_name == "resnet18":
+        return ALGORITHMS[algorithm_name](target_layer_name="ResNetBasicBlock")
     if algorithm_name == "alibi" and model_name == "GPT-2":
         from transformers.models.gpt2.modeling_gpt2 import GPT2Attention
 

@@ -1,0 +1,35 @@
+"""The order of the optimizers' parameters, by name: an optimizer's ``state_dict`` matches its
+state to parameters by position, and model surgery may leave the same parameters in another
+order in a resumed run (a surgery added to an optimizer built before it, or after it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+__all__ = ["param_names", "align_param_order"]
+
+
+def param_names(optimizers: list, model: nn.Module) -> list[list[list[str]]]:
+    """Each optimizer's param groups as the model's names of their parameters ('' for one not in it)."""
+    names = {id(p): name for name, p in model.named_parameters()}
+    return [[[names.get(id(p), "") for p in group["params"]] for group in opt.param_groups] for opt in optimizers]
+
+
+def align_param_order(optimizers: list, model: nn.Module, saved: Any) -> None:
+    """Put each param group's parameters in the order ``saved`` (:func:`param_names` of the run that
+    wrote a checkpoint) names them, where a group holds exactly the named parameters in another
+    order; anything else is left as it is (a mismatch is for ``load_state_dict`` to report)."""
+    if not saved or len(saved) != len(optimizers):
+        return
+    by_name = dict(model.named_parameters())
+    for opt, groups in zip(optimizers, saved):
+        if len(groups) != len(opt.param_groups):
+            continue
+        for group, names in zip(opt.param_groups, groups):
+            current = {id(p) for p in group["params"]}
+            wanted = [by_name.get(name) for name in names]
+            complete = all(p is not None for p in wanted) and len(wanted) == len(current)
+            if complete and {id(p) for p in wanted} == current:
+                group["params"] = wanted
