@@ -94,6 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--mlflow", default=None, metavar="URI", help="also log the sweep to this MLflow tracking "
                        "store (e.g. sqlite:///mlflow.db): a parent run, a child per (order, seed); the mlflow extra")
     sweep.set_defaults(handler=sweep_command)
+    from composer_lab.cli_frontier import add_frontier_command  # (its own module: composer-lab frontier ...)
+    add_frontier_command(commands)
     lab = commands.add_parser("lab", help="open JupyterLab on a working copy of the bundled notebooks "
                               "(copied there the first time; the shipped ones stay clean)",
                               epilog="Any other option goes to JupyterLab, e.g. --no-browser, --port 8890, "
