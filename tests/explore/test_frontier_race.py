@@ -23,13 +23,13 @@ def test_the_race_stops_early_and_its_verdicts_hold():
 
 
 def test_a_candidate_decided_before_the_last_look_keeps_its_row():
-    frontier = bench.StandIn(bench.grid(8, 0.005, np.random.default_rng(0)), 8)
+    frontier = bench.StandIn(bench.grid(8, 0.02, np.random.default_rng(0)), 8)  # noisy: some decide late
     race = bench.FrontierRace(frontier, 0.05, 3, "4ep", 0.05)
     while (trial := race.next_trial()) is not None:
         frontier.reveal(trial)
     table = race.table().set_index("candidate")
     assert list(table.index) == list(bench.SPEEDS)
-    assert table.loc["fast", "verdict"] == "speed-up" and table.loc["slower", "verdict"] == "slower"
+    assert table.loc["fast", "verdict"] == "speed-up" and table.loc["slower", "verdict"] in ("slower", "undecided")
     assert table.loc["fast", "n"] < table["n"].max()  # stopped at an earlier look than the last
     revealed = frontier.results()
     seeds = revealed.groupby("candidate")["seed"].max()
