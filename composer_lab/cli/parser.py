@@ -39,6 +39,7 @@ def positive_int(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from composer_lab.cli.frontier import add_frontier_command
     from composer_lab.cli.notebooks import check_notebooks_command, lab_command
     from composer_lab.cli.run import run_command
     from composer_lab.cli.sweep import sweep_command
@@ -49,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_check(commands).set_defaults(handler=check_notebooks_command)
     _add_sweep(commands).set_defaults(handler=sweep_command)
     _add_lab(commands).set_defaults(handler=lab_command)
+    add_frontier_command(commands)
     return parser
 
 

@@ -57,6 +57,7 @@ class CostMeter(Callback):
         self._start = 0.0
         self._counter: Optional[FlopCounterMode] = None
         self._spent = 0.0  # seconds the counted batches took beyond their kind's median
+        self._missed: set[Hashable] = set()  # kinds whose next batch was of another kind (an epoch's last batch)
 
     @classmethod
     def attach(cls, trainer: Any, every: Optional[int] = None) -> "CostMeter":
@@ -79,6 +80,8 @@ class CostMeter(Callback):
         self.sizes.append(_size(state.batch))
         if self._counter is not None:
             self.stop_counting()
+            if index > 0 and self.kinds[-2] != self.kinds[-1] and self.kinds[-2] not in self._counted_kinds():
+                self._missed.add(self.kinds[-2])  # counting the batch after it did not count its kind
             plain = self._plain_median(self.kinds[-1])
             if index > 0 and plain is not None:
                 self._spent += max(0.0, seconds - plain)
@@ -97,15 +100,19 @@ class CostMeter(Callback):
 
     def _due(self, index: int) -> bool:
         """Whether to count batch ``index``: always with ``every``=1 or at its multiples; else the
-        first batch, the one after a batch of a kind not counted yet, and one more whenever the
-        time spent counting stays within the budget."""
+        first batch, the one after a batch of a kind not counted yet (once: a kind followed by
+        another, as an epoch's short last batch, is then left to the estimate), and one more
+        whenever the time spent counting stays within the budget."""
         if self.every is not None:
             return index % self.every == 0
-        if index == 0 or self.kinds[-1] not in {self.kinds[i] for i in self.counted}:
+        if index == 0 or self.kinds[-1] not in self._counted_kinds() and self.kinds[-1] not in self._missed:
             return True
         loop = sum(self.seconds[1:])
         cost = self._spent / max(1, len(self.counted) - 1) if len(self.counted) > 1 else sum(self.seconds[:1])
         return self._spent + cost <= BUDGET * loop
+
+    def _counted_kinds(self) -> set:
+        return {self.kinds[i] for i in self.counted}
 
     def _plain_median(self, kind: Hashable) -> Optional[float]:
         """The median time of the batches of ``kind`` neither first nor counted (any kind when
