@@ -13,8 +13,9 @@ DEFAULT_SWEEP_ALGORITHMS = "cutout,mixup,label_smoothing"
 
 DESCRIPTION = ("Train and compare Composer-style algorithm runs: `run` trains a small experiment and writes a run "
                "folder; `sweep` trains every distinct order of some algorithms with several seeds and ranks the "
-               "orders; `lab` opens JupyterLab on a working copy of the bundled notebooks; `check-notebooks` "
-               "validates notebooks as CI validates the bundled ones.")
+               "orders; `frontier` asks whether compositions of algorithms are a speed-up: quality against "
+               "cost beside the baseline's own curve; `lab` opens JupyterLab on a working copy of the bundled "
+               "notebooks; `check-notebooks` validates notebooks as CI validates the bundled ones.")
 
 
 class HelpFormatter(argparse.HelpFormatter):
