@@ -109,8 +109,9 @@ def worker(steps: int) -> list[dict]:
         return [b - a for a, b in zip(stamps, stamps[1:])]
 
     def fit(tensors: int, kind: str) -> tuple[list[float], list[float]]:
-        if kind == "control declared":
-            return control(tensors)
+        return control(tensors) if kind == "control declared" else train(tensors, kind)
+
+    def train(tensors: int, kind: str) -> tuple[list[float], list[float]]:
         model = mlp(tensors)
         trainer = Trainer(model, batches, f"{steps}ba", loss_fn=nn.functional.cross_entropy,
                           optimizers=torch.optim.SGD(model.parameters(), lr=0.01), algorithms=algorithms[kind](),
@@ -147,16 +148,22 @@ def worker(steps: int) -> list[dict]:
         engine.close()
         return per_step(engine.trace)
 
-    def per_step(trace: Any) -> tuple[list[float], list[float]]:
-        """The engine's own time in each step (events minus call bodies) and the steps' times."""
-        events, calls = trace.events, trace.invocations
-        step = (events["event"] == "before_dataloader").cumsum()
-        bodies = calls.groupby("seq")["duration"].sum()
-        own = events["duration"] - events["seq"].map(bodies).fillna(0.0)
-        engine = own.groupby(step).sum().tolist()[1:-1]  # (before the first step: init, fit_start...)
-        starts = events["t_start"][events["event"] == "before_dataloader"].tolist()
-        return engine, [b - a for a, b in zip(starts, starts[1:])]
+    return measure(plain, fit)
 
+
+def per_step(trace: Any) -> tuple[list[float], list[float]]:
+    """The engine's own time in each step (events minus call bodies) and the steps' times."""
+    events, calls = trace.events, trace.invocations
+    step = (events["event"] == "before_dataloader").cumsum()
+    bodies = calls.groupby("seq")["duration"].sum()
+    own = events["duration"] - events["seq"].map(bodies).fillna(0.0)
+    engine = own.groupby(step).sum().tolist()[1:-1]  # (before the first step: init, fit_start...)
+    starts = events["t_start"][events["event"] == "before_dataloader"].tolist()
+    return engine, [b - a for a, b in zip(starts, starts[1:])]
+
+
+def measure(plain: Any, fit: Any) -> list[dict]:
+    """Each size: the plain loop's step p10, then each kind's engine time and extra time a step."""
     rows = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # two mixers at one event

@@ -1,7 +1,8 @@
 """Cost of the engine per event: 0, 10 and 30 algorithms, trace levels 'all', 'ran', 'off'.
 
 Fires BATCH_START through ``Engine.run_event`` inside ``Engine.watching()`` (as the trainer does
-around a fit) and prints microseconds per event, minimum over repeats (the machines are noisy). Algorithms either never match (the common case: most
+around a fit) and prints microseconds per event, minimum over repeats (the machines are noisy).
+Algorithms either never match (the common case: most
 algorithms sit out most events) or all match (each then costs one apply plus its trace row).
 Reference: MosaicML Composer's engine costs about 35-60 us per event plus 10-25 us per
 matching algorithm on a 2-core machine. Target: <= 5 us per event with 10 non-matching

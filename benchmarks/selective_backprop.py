@@ -129,7 +129,8 @@ def measure_accuracy(epochs: int) -> dict:
     from composer_lab.algorithms import RandomSubset, SelectiveBackprop
     from composer_lab.trainer import Trainer
     results = {}
-    for name, algorithms in (("baseline", []), ("selective_backprop", [SelectiveBackprop(keep=KEEP, scale_factor=SCALE)]),
+    selective_backprop = SelectiveBackprop(keep=KEEP, scale_factor=SCALE)
+    for name, algorithms in (("baseline", []), ("selective_backprop", [selective_backprop]),
                              ("random_subset", [RandomSubset(keep=KEEP)])):
         torch.manual_seed(0)
         train, test = digits_loaders()

@@ -85,7 +85,8 @@ def main() -> None:
         print(f"{name:>30}: {rate:6.1f} runs/min (rounds: {', '.join(f'{r:.1f}' for r in rates[name])})")
     print(f"2 local workers / 1 local worker: {two / one:.2f}x (target >= 1.7x on 2 cores)")
     print(f"dask / local pool, 2 workers each: {dask / two:.2f}x (target within 10%: >= 0.90x)")
-    print(f"load average (1 min) at start {load_at_start[0]:.1f}, at end {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print(f"load average (1 min) at start {load_at_start[0]:.1f}, at end {os.getloadavg()[0]:.1f} "
+          f"on {os.cpu_count()} cores")
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps({
         "runs_per_sweep": 2 * args.seeds, "rounds": args.rounds, "runs_per_minute": best,

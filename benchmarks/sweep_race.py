@@ -4,7 +4,8 @@ Each scenario sets the true mean of the metric for every order; a run's value is
 mean, plus a seed effect shared by every order with that seed (sd 0.03: the initial weights and
 the data order), plus the run's own noise (sd 0.003, then 0.004: paired differences of sd
 0.0042 and 0.0057, near delta, so that equivalence takes several seeds to show). A race
-(delta = 0.005, alpha = 0.05, min_seeds = 3, up to 20 seeds) is driven through :class:`composer_lab.explore.race.Race`, the
+(delta = 0.005, alpha = 0.05, min_seeds = 3, up to 20 seeds) is driven through
+:class:`composer_lab.explore.race.Race`, the
 object ``Sweep.race`` drives, on a simulated pool of 2 workers whose runs take a random time
 (lognormal), so results arrive out of order as they do on a real pool. The full sweep trains
 every order with all 20 seeds.

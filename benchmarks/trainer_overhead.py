@@ -210,7 +210,8 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     print(f"{result['processor']}; torch {torch.__version__}, one thread; {args.steps} steps x {args.repeats}")
-    print(f"plain loop   {min(times['plain']) * 1e3:8.1f} ms  (min of {args.repeats}), step p10 {plain_p10 * 1e6:.1f} us,"
+    print(f"plain loop   {min(times['plain']) * 1e3:8.1f} ms  (min of {args.repeats}), "
+          f"step p10 {plain_p10 * 1e6:.1f} us,"
           f" {bytecodes['plain']:.0f} bytecodes per step")
     for trace in TRACES:
         r = result[f"trace_{trace}"]
@@ -220,7 +221,8 @@ def main() -> None:
               f"({r['per_step_overhead_us']:.1f} us per step; rounds' median {r['median_round_ratio']:.3f}x), "
               f"step p10 {r['trainer_step_p10_us']:.1f} us: {r['step_p10_ratio']:.3f}x (paired by round "
               f"{r['paired_p10_ratio']:.3f}x, 95% CI {low:.3f}-{high:.3f}){inside}; "
-              f"{r['trainer_bytecodes_per_step']:.0f} bytecodes per step (+{r['trainer_bytecodes_per_step'] - bytecodes['plain']:.0f})")
+              f"{r['trainer_bytecodes_per_step']:.0f} bytecodes per step "
+              f"(+{r['trainer_bytecodes_per_step'] - bytecodes['plain']:.0f})")
     print(f"saved to {out}")
 
 

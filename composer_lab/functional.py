@@ -20,11 +20,15 @@ from composer_lab.algorithms.stochastic_depth import apply_stochastic_depth
 from composer_lab.algorithms.squeeze_excite import apply_squeeze_excite
 from composer_lab.algorithms.factorize import apply_factorization
 from composer_lab.algorithms.no_op_model import apply_no_op_model
+from composer_lab.algorithms.seq_length_warmup import set_batch_sequence_length
+from composer_lab.algorithms.colout import colout_batch
+from composer_lab.algorithms.augmix import augmix_image
 
 __all__ = [
     "apply_alibi", "apply_blurpool", "apply_channels_last", "apply_fused_layernorm", "apply_gated_linear_units",
     "apply_gradient_clipping", "compute_ema", "cutmix", "cutmix_batch", "cutout_batch", "freeze_layers", "mixup_batch",
     "randaugment", "randaugment_image", "resize_batch", "select_random_subset", "select_using_loss",
     "should_selective_backprop", "smooth_labels",
+    "set_batch_sequence_length", "colout_batch", "augmix_image",
 ]
 __all__ += ["apply_stochastic_depth", "apply_squeeze_excite", "apply_factorization", "apply_no_op_model"]

@@ -22,7 +22,7 @@ import composer_lab.functional as cf
 from composer_lab import algorithms, core, data, explore, lab, models, tracking
 from composer_lab import trainer as trainer_layer
 from composer_lab.algorithms import LabelSmoothing
-from composer_lab.cli import parse_algorithms
+from composer_lab.cli import SweepExperiment, execute, parse_algorithms
 from composer_lab.core import Engine, State
 from composer_lab.lab import Control
 from composer_lab.trainer import Trainer, distributed
@@ -35,7 +35,7 @@ HEADER = ("input", "exception", "message")
 
 IMPORTS: dict[str, Any] = {
     "torch": torch, "F": F, "pd": pd, "cf": cf, "parse_algorithms": parse_algorithms, "distributed": distributed,
-    "CheckpointNotFoundError": CheckpointNotFoundError,
+    "CheckpointNotFoundError": CheckpointNotFoundError, "execute": execute, "SweepExperiment": SweepExperiment,
     **{name: getattr(module, name) for module in (core, trainer_layer, tracking, algorithms, explore, lab, data, models)
        for name in module.__all__},
 }
@@ -221,4 +221,5 @@ def test_row_raises_the_documented_error(row, tmp_path):
         exec(compile(row.input, "<catalogue>", "exec"), scope)
     assert type(info.value) is expected, f"{row}: raised {type(info.value).__name__}: {info.value}"
     actual = message_of(info.value)
-    assert message_pattern(row.message).fullmatch(actual), f"{row}:\n documented {row.message!r}\n actual     {actual!r}"
+    assert message_pattern(row.message).fullmatch(actual), (
+        f"{row}:\n documented {row.message!r}\n actual     {actual!r}")

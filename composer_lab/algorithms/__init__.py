@@ -3,6 +3,8 @@
 ``ALGORITHMS`` maps snake_case names (as the command line takes them) to the classes.
 """
 
+import difflib
+
 from composer_lab.algorithms.alibi import Alibi
 from composer_lab.algorithms.blurpool import BlurPool
 from composer_lab.algorithms.channels_last import ChannelsLast
@@ -18,13 +20,36 @@ from composer_lab.algorithms.mixup import MixUp
 from composer_lab.algorithms.progressive_resizing import ProgressiveResizing
 from composer_lab.algorithms.randaugment import RandAugment
 from composer_lab.algorithms.random_subset import RandomSubset
+from composer_lab.algorithms.sam import SAM
 from composer_lab.algorithms.selective_backprop import SelectiveBackprop
-from composer_lab.algorithms.stochastic_depth import StochasticDepth
 from composer_lab.algorithms.squeeze_excite import SqueezeExcite, SqueezeExcite2d, SqueezeExciteConv2d
+from composer_lab.algorithms.stochastic_depth import StochasticDepth
+from composer_lab.algorithms.swa import SWA
 from composer_lab.algorithms.factorize import Factorize
 from composer_lab.algorithms.no_op_model import NoOpModel
+from composer_lab.algorithms.seq_length_warmup import SeqLengthWarmup
+from composer_lab.algorithms.colout import ColOut
+from composer_lab.algorithms.augmix import AugMix
 
-ALGORITHMS = {
+
+class _Registry(dict):
+    """The names' table: a name it lacks raises a KeyError naming the closest names."""
+
+    def __missing__(self, name: object) -> type:
+        raise KeyError(f"no algorithm is named {name!r}{name_hint(name)}; the names are {sorted(self)}")
+
+
+def name_hint(name: object) -> str:
+    """' (did you mean 'cutout'?)' for a misspelt algorithm name (its class's name too); '' otherwise."""
+    if not isinstance(name, str):
+        return ""
+    by_key = {key: key for key in ALGORITHMS} | {cls.__name__.lower(): key for key, cls in ALGORITHMS.items()}
+    close = difflib.get_close_matches(name.lower().replace("-", "_"), by_key, n=2, cutoff=0.6)
+    names = list(dict.fromkeys(by_key[c] for c in close))
+    return f" (did you mean {' or '.join(map(repr, names))}?)" if names else ""
+
+
+ALGORITHMS = _Registry({
     "selective_backprop": SelectiveBackprop,
     "random_subset": RandomSubset,
     "label_smoothing": LabelSmoothing,
@@ -41,11 +66,16 @@ ALGORITHMS = {
     "fused_layernorm": FusedLayerNorm,
     "randaugment": RandAugment,
     "alibi": Alibi,
+    "sam": SAM,
+    "swa": SWA,
     "stochastic_depth": StochasticDepth,
     "squeeze_excite": SqueezeExcite,
     "factorize": Factorize,
     "no_op_model": NoOpModel,
-}
+    "seq_length_warmup": SeqLengthWarmup,
+    "colout": ColOut,
+    "augmix": AugMix,
+})
 
-__all__ = [cls.__name__ for cls in ALGORITHMS.values()] + ["ALGORITHMS"]
+__all__ = [cls.__name__ for cls in ALGORITHMS.values()] + ["ALGORITHMS", "name_hint"]
 __all__ += ["SqueezeExcite2d", "SqueezeExciteConv2d"]  # (layers Composer exports here too)

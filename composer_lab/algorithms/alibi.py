@@ -120,16 +120,7 @@ def _attention_modules(model: nn.Module, attention_module: Optional[type],
     """The ``(name, module)`` pairs of ``model`` that are ``attention_module`` instances with a
     method ``attr_to_replace``; None: modules of the class named ``CausalSelfAttention``
     (TinyGPT's), found by name because algorithms import only the core, not the models."""
-    if attention_module is None:
-        wanted = DEFAULT_ATTENTION
-        found = [(name, m) for name, m in model.named_modules() if type(m).__name__ == wanted]
-    elif isinstance(attention_module, type):
-        wanted = attention_module.__name__
-        found = [(name, m) for name, m in model.named_modules() if isinstance(m, attention_module)]
-    else:
-        raise TypeError(f"attention_module must be the class of the model's attention layers (e.g. "
-                        f"CausalSelfAttention), got {type(attention_module).__name__} {attention_module!r}; "
-                        f"pass the class itself, not its name")
+    wanted, found = _find_attention(model, attention_module)
     if not found:
         classes = [type(m).__name__ for m in model.modules()]
         raise ValueError(f"apply_alibi looked for {wanted} modules (attention_module) in "
@@ -144,6 +135,19 @@ def _attention_modules(model: nn.Module, attention_module: Optional[type],
                          f"methods are: {_names(methods)}. Pass attr_to_replace= the method that computes "
                          f"attention from queries, keys and values")
     return found
+
+
+def _find_attention(model: nn.Module, attention_module: Optional[type]) -> tuple[str, list[tuple[str, nn.Module]]]:
+    """The attention class's name and the model's modules of that class (by name when None)."""
+    if attention_module is None:
+        return DEFAULT_ATTENTION, [(name, m) for name, m in model.named_modules()
+                                   if type(m).__name__ == DEFAULT_ATTENTION]
+    if isinstance(attention_module, type):
+        return attention_module.__name__, [(name, m) for name, m in model.named_modules()
+                                           if isinstance(m, attention_module)]
+    raise TypeError(f"attention_module must be the class of the model's attention layers (e.g. "
+                    f"CausalSelfAttention), got {type(attention_module).__name__} {attention_module!r}; "
+                    f"pass the class itself, not its name")
 
 
 def _heads(module: nn.Module) -> Optional[int]:

@@ -25,7 +25,8 @@ __all__ = ["BlurPool", "BlurConv2d", "BlurMaxPool2d", "apply_blurpool", "blur_2d
 _BINOMIAL = torch.tensor([1.0, 2.0, 1.0])
 
 
-def blur_filter(channels: int, dtype: torch.dtype = torch.float32, device: Optional[torch.device] = None) -> torch.Tensor:
+def blur_filter(channels: int, dtype: torch.dtype = torch.float32,
+                device: Optional[torch.device] = None) -> torch.Tensor:
     """A depthwise 3x3 binomial filter, ``[1, 2, 1]`` outer ``[1, 2, 1]`` / 16, per channel."""
     kernel = torch.outer(_BINOMIAL, _BINOMIAL) / 16
     return kernel.to(device=device, dtype=dtype).expand(channels, 1, 3, 3).contiguous()

@@ -6,7 +6,8 @@ from typing import Optional
 
 import torch
 
-from composer_lab.algorithms.mixing import Mix, MixingAlgorithm, check_alpha, mix_values, random_permutation, sample_beta
+from composer_lab.algorithms.mixing import (Mix, MixingAlgorithm, check_alpha, mix_values, random_permutation,
+                                            sample_beta)
 from composer_lab.algorithms.validation import check_fraction
 
 __all__ = ["MixUp", "mixup_batch", "draw_mixing"]

@@ -14,7 +14,7 @@ from composer_lab.core.passes import (COMPOSER_PASSES, DEFAULT_PASSES, set_filo_
 from composer_lab.core.state import State
 from composer_lab.core.time import Time, Timestamp, TimeUnit, ensure_time
 from composer_lab.core.trace import TRACE_LEVELS, Trace
-from composer_lab.core.watcher import UndeclaredWrite
+from composer_lab.core.changes import UndeclaredWrite
 
 __all__ = [
     "Algorithm", "Callback", "Engine", "Event", "Logger", "State", "Time", "Timestamp", "TimeUnit",

@@ -7,7 +7,7 @@ from abc import ABC, abstractmethod
 from enum import Enum
 from typing import TYPE_CHECKING, Any, ClassVar, Optional, Union
 
-from composer_lab.core.watcher import TRACKED_FIELDS
+from composer_lab.core.state import TRACKED_FIELDS
 from composer_lab.core.event import Event
 
 if TYPE_CHECKING:

@@ -32,6 +32,9 @@ class Callback:
     attribute ``writes = frozenset()`` (see :attr:`Algorithm.writes`): its calls then cost the
     trace the same whatever the model's size. ``writes`` is read only when it is a frozenset or
     a dict of Event members to frozensets (fields event by event, as on an algorithm).
+
+    Two lifecycle names are this tool's own: :meth:`attach` (the trainer that runs the callback)
+    and :meth:`fit_failed` (a fit that ended in an error).
     """
 
     _internal: ClassVar[bool] = False
@@ -56,6 +59,13 @@ class Callback:
 
     def post_close(self) -> None:
         """Runs after every callback's :meth:`close` (Composer's order: close all, then post-close)."""
+
+    def attach(self, trainer: Any) -> None:
+        """The trainer that runs this callback, told once before INIT (a tracker reads its run)."""
+
+    def fit_failed(self, error: BaseException) -> None:
+        """The fit ended with ``error`` (an exception or an interrupt), already noted in the trace:
+        release what the fit opened (a tracker ends its run as FAILED or KILLED)."""
 
 
 def _noop(self: Callback, state: State, logger: Logger) -> None:

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from composer_lab.chunks import columns
+from composer_lab.core.trace.storage import columns
 
 if TYPE_CHECKING:
     from composer_lab.core.state import State

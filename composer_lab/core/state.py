@@ -10,7 +10,11 @@ import torch
 
 from composer_lab.core.time import Time, Timestamp, TimeUnit, ensure_time
 
-__all__ = ["State", "BATCH_KEYS", "DICT_BATCH_KEYS", "BatchKey", "batch_key", "batch_item", "batch_with_item"]
+__all__ = ["State", "TRACKED_FIELDS", "BATCH_KEYS", "DICT_BATCH_KEYS", "BatchKey", "batch_key", "batch_item",
+           "batch_with_item"]
+
+TRACKED_FIELDS = ("batch", "outputs", "loss", "model", "optimizers")
+"""The State fields an algorithm's ``writes`` names and the trace's ``changed`` column reports."""
 
 BATCH_KEYS = ("input", "target")
 """Where a dict batch holds what an ``(input, target)`` batch holds at positions 0 and 1."""
@@ -136,7 +140,9 @@ class State:
             from ``seed + rank``, as Composer seeds rank r, so the ranks draw differently.
 
     ``batch``, ``outputs`` and ``loss`` hold the current step's values; ``microbatch`` is the
-    index of the microbatch being processed (None outside the microbatch loop).
+    index of the microbatch being processed (None outside the microbatch loop); ``closure_call``
+    which call of the optimizer's closure within the batch runs (0, and 1 for SAM's second
+    forward/backward): the trace records it beside every event and call.
 
     ``algorithms`` may change at any point of a run, by assigning a list (as the lab's panels
     do) or by editing it in place: the engine runs the new list from the next event on.
@@ -164,6 +170,7 @@ class State:
         self.outputs: Any = None
         self.loss: Any = None
         self.microbatch: Optional[int] = None
+        self.closure_call: int = 0
         self.loss_fn: Any = None
         self._generators: dict[torch.device, torch.Generator] = {}
 
@@ -269,3 +276,50 @@ class State:
     def load_generator_states(self, states: dict[str, torch.Tensor]) -> None:
         for device, gen_state in states.items():
             self.generator(device).set_state(gen_state)
+
+    # -- serialization, as Composer's State ----------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The state as Composer serializes it: ``model``, ``optimizers`` and ``schedulers`` (by
+        class name), ``algorithms`` (a list of ``(class name, state)`` pairs, in order),
+        ``callbacks`` (by class name), ``timestamp``, ``rank_zero_seed`` and ``run_name``; and,
+        beyond Composer, the seeded ``generators`` (so a loaded run draws as the saved one)."""
+        return {
+            "model": self.model.state_dict(),
+            "optimizers": _by_class(self.optimizers),
+            "schedulers": _by_class(self.schedulers),
+            "algorithms": [(type(a).__qualname__, a.state_dict()) for a in self.algorithms],
+            "callbacks": _by_class(self.callbacks),
+            "timestamp": self.timestamp.state_dict(),
+            "rank_zero_seed": self.seed,
+            "run_name": self.run_name,
+            "generators": self.generator_states(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any], logger: Any = None, strict: bool = False) -> None:
+        """Load what :meth:`state_dict` gave, as Composer does: the model's weights (``strict``:
+        every key must match), then each optimizer, scheduler, algorithm and callback whose class
+        name is in ``state`` (the others are left as they are), the timestamp, seed and run name.
+        ``logger`` is accepted for Composer's signature."""
+        if "model" in state:
+            self.model.load_state_dict(state["model"], strict=strict)
+        for objs, key in ((self.optimizers, "optimizers"), (self.schedulers, "schedulers"),
+                          (self.callbacks, "callbacks")):
+            _load_by_class(objs, state.get(key, {}))
+        _load_by_class(self.algorithms, dict(state.get("algorithms", [])))
+        if "timestamp" in state:
+            self.timestamp = Timestamp.from_state_dict(state["timestamp"])
+        self.seed = state.get("rank_zero_seed", self.seed)
+        self.run_name = state.get("run_name", self.run_name)
+        self.load_generator_states(state.get("generators", {}))
+
+
+def _by_class(objs: Sequence[Any]) -> dict[str, Any]:
+    """Each object's ``state_dict()`` under its class's qualified name (Composer's keys)."""
+    return {type(obj).__qualname__: obj.state_dict() for obj in objs}
+
+
+def _load_by_class(objs: Sequence[Any], saved: dict[str, Any]) -> None:
+    """``obj.load_state_dict`` of the state saved under each object's class name, where there is one."""
+    for obj in objs:
+        if type(obj).__qualname__ in saved:
+            obj.load_state_dict(saved[type(obj).__qualname__])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import re
 from dataclasses import dataclass
@@ -10,7 +11,7 @@ from enum import Enum
 from functools import total_ordering
 from typing import Any, Optional, Union
 
-__all__ = ["TimeUnit", "Time", "Timestamp", "ensure_time"]
+__all__ = ["TimeUnit", "Time", "Timestamp", "TimeInputError", "ensure_time"]
 
 
 class TimeUnit(str, Enum):
@@ -29,7 +30,8 @@ class TimeUnit(str, Enum):
 
 
 _UNITS = frozenset(unit.value for unit in TimeUnit)
-_TIMESTRING = re.compile(r"^(\d+(?:\.\d+)?)([a-z]+)$")
+_TIMESTRING = re.compile(r"^(\d[\d_]*(?:\.\d[\d_]*)?(?:[eE][+-]?\d+)?)([a-z]+)$")
+"""A number (with ``_`` between digits, decimals, an exponent: '3_0sp', '3e10sp') then a unit."""
 _EXAMPLES = "'3ep', '120ba', '4096sp' or '0.5dur'"
 _UNSUPPORTED_UNITS = {
     "sec": "wall-clock durations would make a run's length depend on the machine's speed, so runs could not be "
@@ -39,6 +41,11 @@ _UNSUPPORTED_UNITS = {
     "iter": "composer_lab has no iterations apart from epochs; give epochs, e.g. '3ep'",
 }
 """Composer's units that composer_lab refuses, with why and what to give instead."""
+
+
+class TimeInputError(TypeError, RuntimeError):
+    """What :meth:`Time.from_input` raises for a value it cannot read: a TypeError, and the
+    RuntimeError Composer raises there."""
 
 
 @total_ordering
@@ -88,9 +95,28 @@ class Time:
         return cls(duration, TimeUnit.DURATION)
 
     @classmethod
+    def from_input(cls, value: Union[str, int, float, "Time"], default_int_unit: Union[TimeUnit, str, None] = None
+                   ) -> "Time":
+        """``value`` as a Time, as Composer's ``Time.from_input``: a Time as it is, a time string
+        parsed, a number read in ``default_int_unit`` (required then)."""
+        if isinstance(value, Time):
+            return value
+        if isinstance(value, str):
+            return cls.from_timestring(value)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if default_int_unit is None:
+                raise TimeInputError(f"Time.from_input({value!r}): a number needs its unit; pass "
+                                     f"default_int_unit, e.g. Time.from_input({value!r}, 'ba'), or a string such "
+                                     f"as '{value}ba'")
+            return cls(value, TimeUnit(default_int_unit))
+        raise TimeInputError(f"Time.from_input cannot read {type(value).__name__} {value!r}; give a Time, a time "
+                             f"string such as {_EXAMPLES}, or a number with default_int_unit")
+
+    @classmethod
     def from_timestring(cls, text: str) -> "Time":
         """Parse '3ep', '120ba', '4096sp' or '0.5dur'; as in Composer, a whole number may be
-        written with decimals ('2.0ep', '3.000ba')."""
+        written with decimals ('2.0ep', '3.000ba'), an exponent ('3e10sp') or ``_`` between
+        digits ('3_000ba')."""
         if not isinstance(text, str):
             raise TypeError(f"a duration is a string such as {_EXAMPLES}, got {type(text).__name__} {text!r}")
         match = _TIMESTRING.match(text.strip())
@@ -206,11 +232,14 @@ def ensure_time(value: Union[str, Time], name: str = "duration") -> Time:
 _NO_TIME = datetime.timedelta(0)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Timestamp:
     """Where training stands: completed epochs, batches and samples, overall and in the epoch,
     and the wall-clock time of the run, of the epoch and of the last batch (Composer's fields,
-    less tokens). Like Composer's, it is never changed in place: ``to_next_*`` return new ones."""
+    less tokens). Like Composer's, it is never changed in place: ``to_next_*`` and :meth:`copy`
+    return new ones. As Composer's, it compares with a :class:`Time` or a time string by its
+    count in that unit (``timestamp < Time(10, 'ep')``, ``timestamp == '3ba'``), and with
+    another Timestamp field by field."""
 
     epoch: int = 0
     batch: int = 0
@@ -223,32 +252,29 @@ class Timestamp:
 
     def get(self, unit: TimeUnit) -> int:
         """The count in ``unit`` (epochs, batches or samples)."""
-        field = _FIELD_OF_UNIT.get(unit)  # (a str enum: 'ba' finds TimeUnit.BATCH)
+        field = _FIELD_OF_UNIT.get(TimeUnit(unit))
         if field is None:
-            TimeUnit(unit)  # an unknown unit raises its own error
             raise ValueError("a Timestamp counts epochs, batches and samples, not 'dur'; for the fraction "
                              "of the run done, call State.get_elapsed_duration()")
         return getattr(self, field)
+
+    def copy(self, **fields: Any) -> "Timestamp":
+        """A copy with the ``fields`` given (those not None) replaced, as Composer's ``Timestamp.copy``."""
+        return dataclasses.replace(self, **{name: int(value) if isinstance(value, Time) else value
+                                            for name, value in fields.items() if value is not None})
 
     def to_next_batch(self, samples: Union[int, Time] = 0,
                       duration: Optional[datetime.timedelta] = None) -> "Timestamp":
         """The timestamp after one more batch of ``samples`` examples that took ``duration`` (as in
         Composer, ``batch_wct`` becomes ``duration``, zero if not given)."""
-        samples = int(samples)
-        if duration is None:  # (the trainer's, every batch: the clocks stand, no timedelta made)
-            total, epoch, duration = self.total_wct, self.epoch_wct, _NO_TIME
-        else:
-            total, epoch = self.total_wct + duration, self.epoch_wct + duration
-        return _timestamp({"epoch": self.epoch, "batch": self.batch + 1, "sample": self.sample + samples,
-                           "batch_in_epoch": self.batch_in_epoch + 1, "sample_in_epoch": self.sample_in_epoch + samples,
-                           "total_wct": total, "epoch_wct": epoch, "batch_wct": duration})
+        samples, duration = int(samples), duration if duration is not None else _NO_TIME
+        return Timestamp(self.epoch, self.batch + 1, self.sample + samples, self.batch_in_epoch + 1,
+                         self.sample_in_epoch + samples, self.total_wct + duration, self.epoch_wct + duration, duration)
 
     def to_next_epoch(self, duration: Optional[datetime.timedelta] = None) -> "Timestamp":
         """The timestamp at the start of the next epoch (in-epoch counts and clock back to 0)."""
         total = self.total_wct if duration is None else self.total_wct + duration
-        return _timestamp({"epoch": self.epoch + 1, "batch": self.batch, "sample": self.sample, "batch_in_epoch": 0,
-                           "sample_in_epoch": 0, "total_wct": total, "epoch_wct": _NO_TIME,
-                           "batch_wct": self.batch_wct})
+        return Timestamp(self.epoch + 1, self.batch, self.sample, 0, 0, total, _NO_TIME, self.batch_wct)
 
     def state_dict(self) -> dict:
         """The fields as plain numbers (clock times in seconds), for a checkpoint."""
@@ -258,18 +284,37 @@ class Timestamp:
     def from_state_dict(cls, state: dict) -> "Timestamp":
         return cls(**{k: datetime.timedelta(seconds=v) if k.endswith("_wct") else v for k, v in state.items()})
 
+    # -- comparison, as Composer's Timestamp ------------------------------------------------------
+    def _count(self, other: Any) -> Optional[Time]:
+        """This timestamp's count in the unit of ``other`` (a Time or a time string); None for anything else."""
+        if isinstance(other, str):
+            other = Time.from_timestring(other)
+        return Time(self.get(other.unit), other.unit) if isinstance(other, Time) else None
 
-def _timestamp(fields: dict) -> Timestamp:
-    """The Timestamp of ``fields`` (all of them, in the dataclass's order), given its ``__dict__`` at once:
-    ``to_next_*`` run every batch, and the generated ``__init__`` of a frozen dataclass costs an
-    ``object.__setattr__`` per field (equality, repr, pickling and ``dataclasses.replace`` are the same).
-    ``fields`` is a new dict (a literal), not a copy of a Timestamp's ``__dict__``: a Timestamp built by
-    ``__init__`` has a split dict, a copy of it is split too, and on Python 3.11 an attribute read of an
-    object given a split dict this way is not specialised (three reads 132 ns against 45; the trainer's
-    loop counted 1,700-4,400 more instructions a step)."""
-    timestamp = object.__new__(Timestamp)
-    object.__setattr__(timestamp, "__dict__", fields)
-    return timestamp
+    def __eq__(self, other: Any) -> bool:
+        if isinstance(other, Timestamp):
+            return vars(self) == vars(other)
+        count = self._count(other) if isinstance(other, (Time, str)) else None
+        return NotImplemented if count is None else count == other
+
+    def __hash__(self) -> int:
+        return hash(tuple(vars(self).values()))
+
+    def __lt__(self, other: Any) -> bool:
+        count = self._count(other)
+        return NotImplemented if count is None else count < other
+
+    def __le__(self, other: Any) -> bool:
+        count = self._count(other)
+        return NotImplemented if count is None else count <= other
+
+    def __gt__(self, other: Any) -> bool:
+        count = self._count(other)
+        return NotImplemented if count is None else count > other
+
+    def __ge__(self, other: Any) -> bool:
+        count = self._count(other)
+        return NotImplemented if count is None else count >= other
 
 
 _FIELD_OF_UNIT = {TimeUnit.EPOCH: "epoch", TimeUnit.BATCH: "batch", TimeUnit.SAMPLE: "sample"}

@@ -32,15 +32,27 @@ class _ArrayUnpickler(pickle.Unpickler):
 
 
 def _read_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """A batch file's images and labels; its keys may be ``bytes`` (the original Python-2 pickles)
+    or ``str`` (pickled again under Python 3), as torchvision accepts."""
     try:
         with open(path, "rb") as f:
             entry = _ArrayUnpickler(f, encoding="bytes").load()
-        data = np.asarray(entry[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32)
-        labels = np.asarray(entry.get(b"labels", entry.get(b"fine_labels")), dtype=np.int64)
-    except (pickle.UnpicklingError, KeyError, TypeError, ValueError, EOFError, AttributeError) as err:
+    except (pickle.UnpicklingError, TypeError, ValueError, EOFError, AttributeError) as err:
         raise ValueError(f"{path} is not a CIFAR-10 python batch ({type(err).__name__}: {err}); download "
                          f"cifar-10-python.tar.gz and unpack it so that {path.parent} holds data_batch_1..5 "
                          f"and test_batch") from None
+    found = {key.decode("latin1") if isinstance(key, bytes) else key: value
+             for key, value in (entry.items() if isinstance(entry, dict) else ())}
+    labels = found.get("labels", found.get("fine_labels"))
+    if "data" not in found or labels is None:
+        raise ValueError(f"{path} is a pickle but not a CIFAR-10 batch: expected a dict with 'data' (N x 3072 "
+                         f"uint8 pixels) and 'labels' (N ints), as bytes or str keys; found "
+                         f"{sorted(found) if isinstance(entry, dict) else type(entry).__name__}")
+    try:
+        data = np.asarray(found["data"], dtype=np.uint8).reshape(-1, 3, 32, 32)
+    except ValueError as err:
+        raise ValueError(f"{path}: 'data' is not N x 3072 uint8 pixels (3 x 32 x 32 per image): {err}") from None
+    labels = np.asarray(labels, dtype=np.int64)
     if len(labels) != len(data):
         raise ValueError(f"{path}: {len(data)} images but {len(labels)} labels; the file is damaged")
     return data, labels

@@ -14,7 +14,8 @@ names them, readable, in the folder's ``sweep.json``:
   digest of the source file of each installed module that defines an algorithm class used.
 
 :func:`differences` says what changed in words: ``EPOCHS: '3ep' -> '12ep'``,
-``GaussianNoise.apply: source changed``. Values are compared by their ``repr`` (tensors, arrays,
+``GaussianNoise.apply: source changed``, and :func:`source_diffs` shows the changed lines.
+Values are compared by their ``repr`` (tensors, arrays,
 a model's weights and a DataFrame's rows by their content): an object whose repr does not show
 its content (a dataset object built outside the factory, a file the factory reads) is not told
 apart; build it inside the factory, where the code that builds it is part of the identity.
@@ -22,6 +23,7 @@ apart; build it inside the factory, where the code that builds it is part of the
 
 from __future__ import annotations
 
+import difflib
 import functools
 import hashlib
 import inspect
@@ -39,7 +41,7 @@ import torch
 
 from composer_lab.core.algorithm import Algorithm
 
-__all__ = ["experiment_identity", "differences", "is_user_code"]
+__all__ = ["experiment_identity", "differences", "source_diffs", "is_user_code"]
 
 _LONG = 200
 """Values whose repr is longer are kept as their type, length and digest."""
@@ -81,12 +83,32 @@ def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         elif key not in old_code:
             lines.append(f"{key}: newly reached")
         elif _code_changed(old_code[key], new_code[key]):
-            lines.append(f"{key}: source changed")
+            shown = " (the lines below)" if _diff(key, old_code[key], new_code[key]) else ""
+            lines.append(f"{key}: source changed{shown}")
     old_values, new_values = old.get("values", {}), new.get("values", {})
     for key in sorted(set(old_values) | set(new_values)):
         if old_values.get(key) != new_values.get(key):
             lines.append(f"{key}: {old_values.get(key, '(not read)')} -> {new_values.get(key, '(not read)')}")
     return lines
+
+
+def source_diffs(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """The changed lines of each function whose source changed from identity ``old`` to ``new``,
+    as a unified diff headed by its name (``make_trainer: batch_size=50 -> 64`` shows as a ``-``
+    and a ``+`` line)."""
+    old_code, new_code = old.get("code", {}), new.get("code", {})
+    diffs = [_diff(key, old_code[key], new_code[key]) for key in sorted(set(old_code) & set(new_code))
+             if _code_changed(old_code[key], new_code[key])]
+    return [diff for diff in diffs if diff]
+
+
+def _diff(key: str, before: Any, after: Any) -> str:
+    """A unified diff of two sources of ``key``; '' where either has none (a module's digest, exec'd code)."""
+    sources = [code.get("source", _NO_SOURCE) if isinstance(code, dict) else _NO_SOURCE for code in (before, after)]
+    if _NO_SOURCE in sources:
+        return ""
+    return "\n".join(difflib.unified_diff(sources[0].splitlines(), sources[1].splitlines(),
+                                          f"{key} (the folder's runs)", f"{key} (now)", n=1, lineterm=""))
 
 
 def is_user_code(obj: Any) -> bool:
@@ -176,31 +198,36 @@ class _Walk:
         """Record ``value`` under ``key``; walk it when it is user code (a function, a class, a
         module whose attributes among ``names`` the reading code may use)."""
         if isinstance(value, types.ModuleType):
-            self.values[key] = f"module {value.__name__}"
-            if is_user_code(value):
-                for name in sorted(names & set(vars(value))):
-                    if not name.startswith("__"):
-                        self.value(f"{value.__name__}.{name}", getattr(value, name))
-            return
-        if isinstance(value, (types.FunctionType, type)):
+            self._module(key, value, names)
+        elif isinstance(value, (types.FunctionType, type)):
             self.values[key] = f"{'class' if isinstance(value, type) else 'function'} {_qualified(value)}"
             self.function(value) if isinstance(value, types.FunctionType) else self.cls(value)
-            return
-        if isinstance(value, functools.partial):
+        elif isinstance(value, functools.partial):
             self.values[key] = f"functools.partial({_qualified(value.func)})"
             self.value(f"{key} arguments", (value.args, value.keywords))
             self.value(f"{key} function", value.func)
+        elif is_user_code(type(value)) and not _has_own_repr(type(value)):
+            self._object(key, value)
+        else:
+            self.values[key] = _text(value)
+
+    def _module(self, key: str, module: types.ModuleType, names: frozenset) -> None:
+        """A module: named; a user module's attributes among ``names`` (those the code reads) walked."""
+        self.values[key] = f"module {module.__name__}"
+        if is_user_code(module):
+            for name in sorted(names & set(vars(module))):
+                if not name.startswith("__"):
+                    self.value(f"{module.__name__}.{name}", getattr(module, name))
+
+    def _object(self, key: str, value: Any) -> None:
+        """An instance of a user class without a repr of its own: its class and fields, once."""
+        if id(value) in self._seen:  # an object reached again (a cycle): its fields are recorded once
+            self.values[key] = f"{_qualified(type(value))} (recorded above)"
             return
-        if is_user_code(type(value)) and not _has_own_repr(type(value)):
-            if id(value) in self._seen:  # an object reached again (a cycle): its fields are recorded once
-                self.values[key] = f"{_qualified(type(value))} (recorded above)"
-                return
-            self._seen.add(id(value))
-            self.cls(type(value))
-            for field, field_value in _fields(value).items():
-                self.value(f"{key}.{field}", field_value)
-            return
-        self.values[key] = _text(value)
+        self._seen.add(id(value))
+        self.cls(type(value))
+        for field, field_value in _fields(value).items():
+            self.value(f"{key}.{field}", field_value)
 
 
 def _names(code: types.CodeType) -> frozenset:

@@ -26,6 +26,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 import pandas as pd
 import torch
 
+from composer_lab.algorithms import ALGORITHMS, name_hint
 from composer_lab.core.algorithm import Algorithm
 from composer_lab.core.checks import check_positive_int
 from composer_lab.core.engine import Engine
@@ -57,7 +58,7 @@ def check_algorithms(algorithms: Sequence[Any]) -> list[Algorithm]:
     for i, algorithm in enumerate(algorithms):
         if not isinstance(algorithm, Algorithm):
             raise TypeError(f"algorithms[{i}] is {type(algorithm).__name__} {algorithm!r}; each entry must be an "
-                            f"Algorithm instance, e.g. LabelSmoothing(0.1)")
+                            f"Algorithm instance, e.g. LabelSmoothing(0.1){_by_name(algorithm)}")
         first = next(j for j, other in enumerate(algorithms) if other is algorithm)
         if first != i:
             name = type(algorithm).__name__
@@ -65,6 +66,15 @@ def check_algorithms(algorithms: Sequence[Any]) -> list[Algorithm]:
                              f"the state of its run, so give each place its own instance, e.g. [{name}(...), "
                              f"{name}(...)]")
     return algorithms
+
+
+def _by_name(name: Any) -> str:
+    """For an algorithm given by its name: the instance to give instead, or the closest names."""
+    if not isinstance(name, str):
+        return ""
+    if name in ALGORITHMS:
+        return f" (for the name {name!r}: ALGORITHMS[{name!r}]() or {ALGORITHMS[name].__name__}())"
+    return name_hint(name) or f" (no algorithm is named {name!r}: composer_lab.algorithms.ALGORITHMS lists the names)"
 
 
 def algorithm_names(algorithms: Sequence[Algorithm]) -> list[str]:
@@ -233,11 +243,22 @@ def orderings(algorithms: Sequence[Algorithm], passes: Optional[Sequence[Any]] =
     (their names).
     """
     asked = question(algorithms, passes)
-    names = asked.names
     perms = _permutations(len(asked.algorithms), max_orders, seed)
     events = list(asked.shared)
     signatures = {perm: tuple(_plan(asked.engine, event, asked.algorithms, perm, asked.shared[event])
                               for event in events) for perm in perms}
+    rows = [_order_row(asked, events, signatures[group[0]], group)
+            for group in _groups(perms, signatures, asked.names, commutation)]
+    table = pd.DataFrame(rows, columns=["order", "list_order", "positions", "plans", "permutations",
+                                        "n_permutations"])
+    table.attrs.update(out_of_question=asked.out, free_events=[e.value for e in asked.free], passes=asked.passes)
+    return table
+
+
+def _groups(perms: list[Order], signatures: Mapping[Order, tuple], names: list[str],
+            commutation: Optional[pd.DataFrame]) -> list[list[Order]]:
+    """The permutations that run alike (one signature; with ``commutation``, also those that
+    differ by swapping commuting neighbours), each group in the order first seen."""
     groups = _UnionFind(perms)
     first_of: dict[tuple, Order] = {}
     for perm in perms:
@@ -247,16 +268,16 @@ def orderings(algorithms: Sequence[Algorithm], passes: Optional[Sequence[Any]] =
     members: dict[Order, list[Order]] = {}
     for perm in perms:
         members.setdefault(groups.find(perm), []).append(perm)
-    rows = [{"order": asked.label(group[0]), "list_order": order_label([names[i] for i in group[0]]),
-             "positions": group[0],
-             "plans": {event.value: order_label([names[i] for i in plan])
-                       for event, plan in zip(events, signatures[group[0]])},
-             "permutations": [order_label([names[i] for i in p]) for p in group], "n_permutations": len(group)}
-            for group in members.values()]
-    table = pd.DataFrame(rows, columns=["order", "list_order", "positions", "plans", "permutations",
-                                        "n_permutations"])
-    table.attrs.update(out_of_question=asked.out, free_events=[e.value for e in asked.free], passes=asked.passes)
-    return table
+    return list(members.values())
+
+
+def _order_row(asked: "Question", events: list[Event], signature: tuple, group: list[Order]) -> dict[str, Any]:
+    """The :func:`orderings` row of one group of permutations, named by its first."""
+    names = asked.names
+    return {"order": asked.label(group[0]), "list_order": order_label([names[i] for i in group[0]]),
+            "positions": group[0],
+            "plans": {event.value: order_label([names[i] for i in plan]) for event, plan in zip(events, signature)},
+            "permutations": [order_label([names[i] for i in p]) for p in group], "n_permutations": len(group)}
 
 
 def commuting_pairs(table: pd.DataFrame) -> set[frozenset]:

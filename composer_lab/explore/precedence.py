@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -57,6 +57,23 @@ def precedence(results: pd.DataFrame, plans: Mapping[str, Mapping[str, Sequence[
     orders swept (confounded), has no effect; its ``note`` says which. ``attrs``: ``orders``,
     ``runs``, ``dof`` (residual degrees of freedom) and ``summary``, one line naming the pairs
     whose effect is told from 0 at ``alpha`` (Holm-adjusted)."""
+    data = _checked(results, plans, metric)
+    terms = _terms({order: plans[order] for order in dict.fromkeys(data["order"])}, names)
+    varying = [t for t in terms if t.values.nunique() > 1]
+    x = np.column_stack([[t.values[o] for o in data["order"]] for t in varying] +
+                        [(data["seed"] == s).to_numpy(float) for s in sorted(set(data["seed"]))])
+    estimates, dof = _least_squares(x, data[metric].to_numpy(float), len(varying), confidence)
+    rows = [_row(term, varying, estimates) for term in terms]
+    table = pd.DataFrame(rows, columns=PRECEDENCE_COLUMNS)
+    table["p_adjusted"] = holm(table["p_value"])
+    table = table.sort_values("p_value", kind="stable", na_position="last").reset_index(drop=True)
+    table.attrs.update(orders=int(data["order"].nunique()), runs=len(data), dof=dof)
+    table.attrs["summary"] = _summary(table, metric, alpha)
+    return table
+
+
+def _checked(results: pd.DataFrame, plans: Mapping[str, Any], metric: str) -> pd.DataFrame:
+    """The finished runs of ``results``, refused when an order has no plan or none finished."""
     data = results[["order", "seed", metric]].dropna()
     missing = sorted(set(data["order"]) - set(plans))
     if missing:
@@ -65,29 +82,20 @@ def precedence(results: pd.DataFrame, plans: Mapping[str, Mapping[str, Sequence[
                          f"Sweep.precedence() builds them from the sweep's orders")
     if data.empty:
         raise ValueError(f"no finished run records {metric!r}: train the sweep first (run() or race())")
-    terms = _terms({order: plans[order] for order in dict.fromkeys(data["order"])}, names)
-    varying = [t for t in terms if t.values.nunique() > 1]
-    x = np.column_stack([[t.values[o] for o in data["order"]] for t in varying] +
-                        [(data["seed"] == s).to_numpy(float) for s in sorted(set(data["seed"]))])
-    estimates, dof = _least_squares(x, data[metric].to_numpy(float), len(varying), confidence)
-    rows = []
-    for term in terms:
-        row = {"first": term.first, "second": term.second, "events": "; ".join(term.events)}
-        if term in varying:
-            row.update(estimates[varying.index(term)])
-            partners = row.pop("confounded")
-            if partners:
-                others = ", ".join(f"{varying[i].first} before {varying[i].second}" for i in partners)
-                row["note"] = f"confounded with {others}: the orders swept cannot tell them apart; sample more orders"
-        else:
-            row.update(_estimate(note="runs in one order in every order swept"))
-        rows.append(row)
-    table = pd.DataFrame(rows, columns=PRECEDENCE_COLUMNS)
-    table["p_adjusted"] = holm(table["p_value"])
-    table = table.sort_values("p_value", kind="stable", na_position="last").reset_index(drop=True)
-    table.attrs.update(orders=int(data["order"].nunique()), runs=len(data), dof=dof)
-    table.attrs["summary"] = _summary(table, metric, alpha)
-    return table
+    return data
+
+
+def _row(term: _Term, varying: list[_Term], estimates: list[dict]) -> dict:
+    """The table's row of ``term``: its estimate, or why it has none."""
+    row = {"first": term.first, "second": term.second, "events": "; ".join(term.events)}
+    if term not in varying:
+        return {**row, **_estimate(note="runs in one order in every order swept")}
+    row.update(estimates[varying.index(term)])
+    partners = row.pop("confounded")
+    if partners:
+        others = ", ".join(f"{varying[i].first} before {varying[i].second}" for i in partners)
+        row["note"] = f"confounded with {others}: the orders swept cannot tell them apart; sample more orders"
+    return row
 
 
 def _summary(table: pd.DataFrame, metric: str, alpha: float) -> str:
@@ -108,19 +116,29 @@ def _summary(table: pd.DataFrame, metric: str, alpha: float) -> str:
 def _terms(plans: Mapping[str, Mapping[str, Sequence[str]]], names: Optional[Sequence[str]]) -> list[_Term]:
     """One indicator per pair and pattern: the events where a pair's order moves together (or
     exactly reversed, as FILO reverses after-events) share one indicator."""
-    orders = list(plans)
-    if names is None:
-        names = list(dict.fromkeys(n for plan in plans.values() for run in plan.values() for n in run))
-    rank = {name: i for i, name in enumerate(names)}
-    events = list(dict.fromkeys(e for plan in plans.values() for e in plan))
+    rank = {name: i for i, name in enumerate(names if names is not None else _names_in(plans))}
     terms: dict[tuple[str, str], list[_Term]] = {}
-    for event in events:
-        runs = {o: list(plans[o].get(event, ())) for o in orders}
-        present = set.intersection(*(set(r) for r in runs.values()))
-        for first, second in _pairs(sorted(present, key=lambda n: rank.get(n, len(rank)))):
-            values = pd.Series({o: float(r.index(first) < r.index(second)) for o, r in runs.items()})
-            _add(terms.setdefault((first, second), []), first, second, event, values)
+    for event in dict.fromkeys(e for plan in plans.values() for e in plan):
+        runs = {o: list(plan.get(event, ())) for o, plan in plans.items()}
+        for first, second in _pairs(_shared(runs, rank)):
+            _add(terms.setdefault((first, second), []), first, second, event, _before(runs, first, second))
     return [term for pair in terms.values() for term in pair]
+
+
+def _names_in(plans: Mapping[str, Mapping[str, Sequence[str]]]) -> list[str]:
+    """The algorithms the plans name, as they first appear."""
+    return list(dict.fromkeys(n for plan in plans.values() for run in plan.values() for n in run))
+
+
+def _shared(runs: Mapping[str, list[str]], rank: Mapping[str, int]) -> list[str]:
+    """The algorithms every order runs at the event, in ``rank``'s order (unranked last)."""
+    present = set.intersection(*(set(r) for r in runs.values()))
+    return sorted(present, key=lambda n: rank.get(n, len(rank)))
+
+
+def _before(runs: Mapping[str, list[str]], first: str, second: str) -> pd.Series:
+    """Per order: 1.0 where ``first`` runs before ``second``, else 0.0."""
+    return pd.Series({o: float(r.index(first) < r.index(second)) for o, r in runs.items()})
 
 
 def _add(pair: list[_Term], first: str, second: str, event: str, values: pd.Series) -> None:
@@ -155,20 +173,25 @@ def _least_squares(x: np.ndarray, y: np.ndarray, k: int, confidence: float) -> t
     estimates = []
     for j in range(k):
         partners = [i for i in range(k) if i != j and any(abs(v[j]) > 1e-6 and abs(v[i]) > 1e-6 for v in null)]
-        effect = float(beta[j])
-        if null.size and np.abs(null[:, j]).max() > 1e-6:
-            estimate = _estimate()
-        elif exact:
-            estimate = _estimate(effect, effect, effect, 0.0 if abs(effect) > _TOLERANCE else 1.0,
-                                 "exact fit (no residual spread)")
-        elif dof == 0:
-            estimate = _estimate(effect, note="no residual degrees of freedom: train more seeds")
-        else:
-            se = math.sqrt(rss / dof * float(inverse[j] @ inverse[j]))
-            estimate = _estimate(effect, effect - critical * se, effect + critical * se,
-                                 float(2 * stats.t.sf(abs(effect) / se, dof)))
-        estimates.append({**estimate, "confounded": partners})
+        identified = not (null.size and np.abs(null[:, j]).max() > 1e-6)
+        spread = math.sqrt(rss / dof * float(inverse[j] @ inverse[j])) if dof > 0 and not exact else math.nan
+        estimates.append({**_coefficient(float(beta[j]), identified, exact, dof, spread, critical),
+                          "confounded": partners})
     return estimates, dof
+
+
+def _coefficient(effect: float, identified: bool, exact: bool, dof: int, se: float, critical: float) -> dict:
+    """One coefficient's estimate: none when the design cannot identify it, exact without
+    residual spread, without an interval without residual degrees of freedom, else a t-interval."""
+    if not identified:
+        return _estimate()
+    if exact:
+        return _estimate(effect, effect, effect, 0.0 if abs(effect) > _TOLERANCE else 1.0,
+                         "exact fit (no residual spread)")
+    if dof == 0:
+        return _estimate(effect, note="no residual degrees of freedom: train more seeds")
+    return _estimate(effect, effect - critical * se, effect + critical * se,
+                     float(2 * stats.t.sf(abs(effect) / se, dof)))
 
 
 def _estimate(effect: float = math.nan, ci_low: float = math.nan, ci_high: float = math.nan,

@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -31,7 +31,7 @@ from scipy import stats
 from composer_lab.explore.stats import check_alpha, check_delta, compare, metric_bounds
 from composer_lab.explore.trials import Trial
 
-__all__ = ["Race", "Decision", "decide", "next_trials", "answer", "check_race", "race_of", "race_values", "look_level",
+__all__ = ["Race", "Decision", "decide", "next_trials", "answer", "check_race", "race_values", "look_level",
            "DECISION_COLUMNS"]
 
 DECISION_COLUMNS = ["order", "n", "mean", "diff", "diff_ci_low", "diff_ci_high", "p_adjusted", "tost_p_adjusted",
@@ -68,6 +68,21 @@ def decide(values: pd.DataFrame, delta: float, alpha: float = 0.05, min_seeds: i
     results, so that a look is computed once (a recorded result never changes)."""
     memo = {} if memo is None else memo
     level = look_level(alpha, min_seeds, len(values))
+    rows, racing = _looks(values, min_seeds, memo,
+                          lambda block: compare(block, higher_is_better, delta=delta, alpha=level, bounds=bounds))
+    finished = len(racing) == 1 or (bool(rows) and rows[racing[0]]["n"] == len(values))
+    table = pd.DataFrame([{"order": order, **_standing(order, rows.get(order), values, racing, finished)}
+                          for order in values.columns])
+    table = table.reindex(columns=DECISION_COLUMNS)
+    table["n"] = table["n"].astype(int)
+    return table.sort_values("mean", ascending=not higher_is_better, kind="stable",
+                             na_position="last").reset_index(drop=True)
+
+
+def _looks(values: pd.DataFrame, min_seeds: int, memo: dict,
+           test: Callable[[pd.DataFrame], pd.DataFrame]) -> tuple[dict[str, pd.Series], list[str]]:
+    """Replay the looks on ``values``: each order's row from the look that decided it (or the
+    last it was in), and the orders still racing. ``test`` compares a block of complete seeds."""
     racing, rows = list(values.columns), {}
     for k in range(min_seeds, len(values) + 1):
         key = (k, tuple(racing))
@@ -75,25 +90,25 @@ def decide(values: pd.DataFrame, delta: float, alpha: float = 0.05, min_seeds: i
             block = values.iloc[:k][racing]
             if block.isna().to_numpy().any():
                 break
-            memo[key] = compare(block, higher_is_better, delta=delta, alpha=level, bounds=bounds)
+            memo[key] = test(block)
         table = memo[key]
         rows.update((order, row.copy()) for order, row in table.iterrows())
         racing = [order for order in racing if table.loc[order, "verdict"] not in DECIDED]
         if len(racing) == 1:
             break
-    finished = len(racing) == 1 or (bool(rows) and rows[racing[0]]["n"] == len(values))
-    for order in values.columns:
-        if order not in rows:  # before the first look: what it has so far
-            known = values[order].dropna()
-            rows[order] = pd.Series({"n": len(known), "mean": known.mean() if len(known) else math.nan,
-                                     "verdict": "racing"})
-        elif order in racing and rows[order]["verdict"] != "best":
-            rows[order]["verdict"] = "undecided" if finished else "racing"
-    table = pd.DataFrame([{"order": order, **rows[order]} for order in values.columns])
-    table = table.reindex(columns=DECISION_COLUMNS)
-    table["n"] = table["n"].astype(int)
-    return table.sort_values("mean", ascending=not higher_is_better, kind="stable",
-                             na_position="last").reset_index(drop=True)
+    return rows, racing
+
+
+def _standing(order: str, row: Optional[pd.Series], values: pd.DataFrame, racing: list[str],
+              finished: bool) -> pd.Series:
+    """``order``'s row: what it has so far before the first look; 'undecided' for one still
+    racing when the race is over, 'racing' while it goes on."""
+    if row is None:
+        known = values[order].dropna()
+        return pd.Series({"n": len(known), "mean": known.mean() if len(known) else math.nan, "verdict": "racing"})
+    if order in racing and row["verdict"] != "best":
+        row["verdict"] = "undecided" if finished else "racing"
+    return row
 
 
 @functools.lru_cache(maxsize=64)
@@ -133,31 +148,43 @@ def next_trials(table: pd.DataFrame, values: pd.DataFrame, min_seeds: int, ahead
 
 def answer(table: pd.DataFrame, delta: float, metric: str, names: Sequence[str]) -> str:
     """One sentence that states what the race found."""
-    points = metric_bounds(metric) == (0.0, 1.0)
-    what = "accuracy" if points else metric
-    size = (lambda x: f"{abs(x) * 100:.2g} points") if points else (lambda x: f"{abs(x):.3g}")
+    size = _size(metric)
     seeds = int(table["n"].max())
     verdicts = table.set_index("order")["verdict"]
     others = verdicts[verdicts != "best"]
-    best = verdicts.index[verdicts == "best"][0] if (verdicts == "best").any() else None
-    if best is None:
+    if not (verdicts == "best").any():
         return "racing: no verdict yet (the first comes once every order has min_seeds seeds); race again to go on"
     if (others == "racing").any():
         return (f"racing: {others.isin(DECIDED).sum()} of {len(others)} orders decided against the best so far "
                 f"after {seeds} seeds; race again to go on (finished runs are kept)")
     if (others == "equivalent").all():
         algorithms = ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else names[0]
+        what = "accuracy" if metric_bounds(metric) == (0.0, 1.0) else metric
         return (f"the order of {algorithms} changes {what} by less than {size(delta)} (equivalent within "
                 f"delta={delta:g}, {seeds} seeds)")
-    gaps = sorted({size(d) for d in table.loc[table["verdict"] == "worse", "diff"]})
-    found = ", ".join(([f"{(others == 'worse').sum()} worse (by {' to '.join(gaps[::max(1, len(gaps) - 1)])})"]
-                       if gaps else []) + ([f"{(others == 'equivalent').sum()} equivalent within delta={delta:g}"]
-                                           if (others == "equivalent").any() else []))
+    found = _found(table, others, delta, size)
+    best = verdicts.index[verdicts == "best"][0]
     if (others == "undecided").any():
         return (f"undecided after {seeds} seeds: {(others == 'undecided').sum()} of {len(others)} orders neither "
                 f"worse than the best so far ({best}) nor within delta={delta:g} of it" +
                 (f" ({found})" if found else "") + "; race again with more seeds to decide them")
     return f"best: {best}; against it {found} ({seeds} seeds, Holm-adjusted paired tests)"
+
+
+def _size(metric: str) -> Callable[[float], str]:
+    """How a difference of ``metric`` reads: accuracy points, else the metric's own units."""
+    if metric_bounds(metric) == (0.0, 1.0):
+        return lambda x: f"{abs(x) * 100:.2g} points"
+    return lambda x: f"{abs(x):.3g}"
+
+
+def _found(table: pd.DataFrame, others: pd.Series, delta: float, size: Callable[[float], str]) -> str:
+    """'2 worse (by 1.2 to 3.4 points), 1 equivalent within delta=0.01': the decided orders."""
+    gaps = sorted({size(d) for d in table.loc[table["verdict"] == "worse", "diff"]})
+    worse = [f"{(others == 'worse').sum()} worse (by {' to '.join(gaps[::max(1, len(gaps) - 1)])})"] if gaps else []
+    same = ([f"{(others == 'equivalent').sum()} equivalent within delta={delta:g}"]
+            if (others == "equivalent").any() else [])
+    return ", ".join(worse + same)
 
 
 @dataclass
@@ -222,16 +249,6 @@ class Race:
     def decision(self) -> Decision:
         return Decision(self.table, answer(self.table, self.delta, self.metric, self.names), self.trained,
                         int(self.values.notna().to_numpy().sum()))
-
-
-def race_of(sweep: Any, delta: float, alpha: float = 0.05, min_seeds: int = 3) -> Race:
-    """A :class:`Race` over ``sweep``'s orders and seeds, from the results already in its folder:
-    what ``Sweep.race`` drives, and where a race stands (``race_of(sweep, delta).decision()``)."""
-    out = set(sweep.out_of_question["algorithm"])
-    asked = [name for name in sweep.names if name not in out] or sweep.names  # whose order is in question
-    return Race(race_values(sweep.results, sweep.labels, sweep.seeds, sweep.metric),
-                {(trial.order, trial.seed): trial for trial in sweep.trials()}, sweep.metric, asked, delta,
-                alpha, min_seeds, sweep.higher_is_better)
 
 
 def race_values(results: pd.DataFrame, orders: Sequence[str], seeds: Sequence[int], metric: str) -> pd.DataFrame:

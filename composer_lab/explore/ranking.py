@@ -25,7 +25,7 @@ __all__ = ["rank_orders", "plot_ranking", "RANKING_COLUMNS", "VERDICT_COLORS"]
 RANKING_COLUMNS = ["rank", "order", *COMPARE_COLUMNS]
 
 VERDICT_COLORS = {"best": "tab:blue", "worse": "tab:red", "equivalent": "tab:green", "racing": "tab:orange",
-                  "undecided": "tab:grey"}
+                  "undecided": "tab:grey", "not learned": "tab:brown"}
 DEGENERATE_MARKERS = {"zero spread": "D", "n < 2": "x"}
 
 

@@ -120,18 +120,26 @@ class Scheduler:
                 future = self._finished.get(timeout=0.1)
             except queue.Empty:
                 continue
-            trial, executor = self._in_flight.pop(future)
-            if future.cancelled():
-                continue
-            error = future.exception()
-            if error is None:
-                on_result(trial, future.result())
-            elif isinstance(error, BrokenExecutor) and self._saved(trial) is not None:
-                on_result(trial, self._saved(trial))  # it finished before its pool broke
-            elif isinstance(error, BrokenExecutor) and self._recover(trial, executor):
-                self._retry.append(trial)
-            elif failure is None:
-                failure = (trial, error)
+            error = self._settle(future, on_result)
+            if failure is None and error is not None:
+                failure = error
+
+    def _settle(self, future: Any, on_result: Callable[[Trial, dict], None]) -> Optional[tuple[Trial, BaseException]]:
+        """A finished future: its row reported, its trial queued again when only its pool broke
+        (a worker that died), or its failure returned."""
+        trial, executor = self._in_flight.pop(future)
+        if future.cancelled():
+            return None
+        error = future.exception()
+        if error is None:
+            on_result(trial, future.result())
+        elif isinstance(error, BrokenExecutor) and self._saved(trial) is not None:
+            on_result(trial, self._saved(trial))  # it finished before its pool broke
+        elif isinstance(error, BrokenExecutor) and self._recover(trial, executor):
+            self._retry.append(trial)
+        else:
+            return trial, error
+        return None
 
     def _fill(self, next_trial: Callable[[], Optional[Trial]]) -> None:
         """Submit trials (those to try again first) until every worker has one."""

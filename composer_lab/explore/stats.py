@@ -184,20 +184,7 @@ def compare(values: pd.DataFrame, higher_is_better: bool = True, reference: Opti
     direction, else ``undecided``. With ``bounds`` (the metric's range, e.g. (0, 1) for an
     accuracy) the intervals are cut at the range and ``ci_clipped`` / ``diff_ci_clipped`` say
     where that happened (a difference is cut at +-the range's width)."""
-    check_alpha(alpha)
-    delta = None if delta is None else check_delta(delta)
-    if family not in ("best", "pairs"):
-        raise ValueError(f"family must be 'best' (the orders compared with the reference) or 'pairs' (every pair of "
-                         f"orders), got {family!r}")
-    if values.shape[1] == 0:
-        raise ValueError("no orders to compare: values has no columns; give a seeds x orders table, e.g. "
-                         "results.pivot(index='seed', columns='order', values=metric)")
-    means = values.mean()
-    if reference is None:
-        reference = means.idxmax() if higher_is_better else means.idxmin()
-    elif reference not in values.columns:
-        raise ValueError(f"reference {reference!r} is not one of the orders compared; give one of "
-                         f"{list(values.columns)}")
+    reference, delta = _check_compare(values, higher_is_better, reference, delta, alpha, family)
     v = values.to_numpy(float)
     is_reference = values.columns == reference
     diffs = v - v[:, is_reference]
@@ -220,6 +207,26 @@ def compare(values: pd.DataFrame, higher_is_better: bool = True, reference: Opti
         [table.index == reference, table["tost_p_adjusted"] < alpha, (table["p_adjusted"] < alpha) & worse],
         ["best", "equivalent", "worse"], "undecided")
     return table[COMPARE_COLUMNS]
+
+
+def _check_compare(values: pd.DataFrame, higher_is_better: bool, reference: Optional[str], delta: Optional[float],
+                   alpha: float, family: str) -> tuple[str, Optional[float]]:
+    """:func:`compare`'s settings checked: the reference (default: the best mean) and ``delta``."""
+    check_alpha(alpha)
+    delta = None if delta is None else check_delta(delta)
+    if family not in ("best", "pairs"):
+        raise ValueError(f"family must be 'best' (the orders compared with the reference) or 'pairs' (every pair of "
+                         f"orders), got {family!r}")
+    if values.shape[1] == 0:
+        raise ValueError("no orders to compare: values has no columns; give a seeds x orders table, e.g. "
+                         "results.pivot(index='seed', columns='order', values=metric)")
+    if reference is None:
+        means = values.mean()
+        return (means.idxmax() if higher_is_better else means.idxmin()), delta
+    if reference not in values.columns:
+        raise ValueError(f"reference {reference!r} is not one of the orders compared; give one of "
+                         f"{list(values.columns)}")
+    return reference, delta
 
 
 def _holm_over_pairs(values: pd.DataFrame, reference: str) -> np.ndarray:

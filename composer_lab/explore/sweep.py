@@ -16,22 +16,23 @@ import threading
 import uuid
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Iterable, NamedTuple, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
-import numpy as np
 import pandas as pd
 
 from composer_lab.core.algorithm import Algorithm
+from composer_lab.explore.data_identity import data_fingerprint
 from composer_lab.explore.diff import diff_runs
 from composer_lab.explore.executors import check_executor, check_sendable
 from composer_lab.explore.identity import experiment_identity
-from composer_lab.explore.orderings import (MAX_ALGORITHMS, algorithm_names, check_algorithms, order_label, orderings,
-                                            question)
+from composer_lab.explore.learning import not_learned, withhold
+from composer_lab.explore.orderings import (algorithm_names, check_algorithms, question)
 from composer_lab.explore.precedence import precedence as pair_effects
-from composer_lab.explore.race import Decision, race_of
+from composer_lab.explore.race import Decision, Race, race_values
 from composer_lab.explore.ranking import plot_ranking, rank_orders
 from composer_lab.explore.results import SweepFolder
 from composer_lab.explore.scheduler import Scheduler, SweepFailed
+from composer_lab.explore.sweep_orders import check_seeds, sweep_orders, trial_key
 from composer_lab.explore import stats
 from composer_lab.explore.trials import Trial, run_trial
 from composer_lab.figures import LabFigure
@@ -40,8 +41,6 @@ from composer_lab.trainer.run import Run
 __all__ = ["Sweep", "DEFAULT_METRIC"]
 
 DEFAULT_METRIC = "metrics/eval/Accuracy"
-SAMPLED_ORDERS = 64
-"""How many permutations a sweep of more than 8 algorithms draws when not told (orders=N)."""
 
 
 class Sweep:
@@ -85,10 +84,10 @@ class Sweep:
                             f"{type(make_trainer).__name__} {make_trainer!r}")
         self.make_trainer = make_trainer
         self.algorithms = check_algorithms(algorithms)
-        self.seeds = _check_seeds(seeds)
+        self.seeds = check_seeds(seeds)
         self.metric = metric
         self.names = algorithm_names(self.algorithms)
-        self.orders, self.out_of_question, self.passes = _orders(orders, self.algorithms, self.names)
+        self.orders, self.out_of_question, self.passes = sweep_orders(orders, self.algorithms, self.names)
         self.executor = executor
         self.higher_is_better = higher_is_better
         check_executor(executor)
@@ -113,7 +112,7 @@ class Sweep:
     # -- the trials ---------------------------------------------------------------------------
     def trials(self) -> list[Trial]:
         """Every (order, seed) pair, orders first."""
-        return [Trial(order.label, order.positions, seed, _key(order.positions, seed), "", tuple(self.passes))
+        return [Trial(order.label, order.positions, seed, trial_key(order.positions, seed), "", tuple(self.passes))
                 for order in self.orders for seed in self.seeds]
 
     def pending(self) -> list[Trial]:
@@ -138,7 +137,8 @@ class Sweep:
         return results
 
     def race(self, delta: float, alpha: float = 0.05, min_seeds: int = 3,
-             on_result: Optional[Callable[[dict], None]] = None, stop: Optional[threading.Event] = None) -> Decision:
+             on_result: Optional[Callable[[dict], None]] = None, stop: Optional[threading.Event] = None,
+             floor: Optional[float] = None) -> Decision:
         """Race the orders over the seeds (:mod:`~composer_lab.explore.race`): every order still
         racing trains the next seed; after each seed, an order worse than the best (paired t-test)
         or equivalent to it within +-``delta`` (paired TOST), both Holm-adjusted across the orders
@@ -146,8 +146,10 @@ class Sweep:
         Returns the :class:`~composer_lab.explore.race.Decision`: the decision table (order as
         run, list order, n, mean, difference from the best with its interval, adjusted p-values,
         verdict) and one sentence. Runs already in the folder count; race again to go on where it
-        stopped. ``on_result`` and ``stop`` as in :meth:`run`."""
-        race = race_of(self, delta, alpha, min_seeds)
+        stopped. ``on_result`` and ``stop`` as in :meth:`run`. Orders that did not learn (at chance,
+        or past ``floor``: :mod:`~composer_lab.explore.learning`) are named first, their verdicts
+        withheld ('not learned')."""
+        race = self.racer(delta, alpha, min_seeds)
 
         def record(row: dict) -> None:
             race.record(row)
@@ -157,13 +159,29 @@ class Sweep:
         self._collect(race.next_trial, record, stop, "race")
         self.results.to_parquet(self.folder.path / "results.parquet", index=False)
         decision = race.decision()
+        decision.table, decision.answer = withhold(decision.table, self._not_learned(floor), decision.answer)
         decision.table.insert(1, "list_order", decision.table["order"].map(
             {order.label: order.list_order for order in self.orders}))
         return decision
 
+    def _not_learned(self, floor: Optional[float]) -> dict[str, str]:
+        """The orders whose finished runs did not learn, with why (:func:`~.learning.not_learned`)."""
+        return not_learned(self.results, self.metric, floor, self.higher_is_better)
+
+    def racer(self, delta: float, alpha: float = 0.05, min_seeds: int = 3) -> Race:
+        """A :class:`~composer_lab.explore.race.Race` over this sweep's orders and seeds, from the
+        results already in its folder: what :meth:`race` drives, and where a race stands
+        (``sweep.racer(delta).decision()``)."""
+        out = set(self.out_of_question["algorithm"])
+        asked = [name for name in self.names if name not in out] or self.names  # whose order is in question
+        return Race(race_values(self.results, self.labels, self.seeds, self.metric),
+                    {(trial.order, trial.seed): trial for trial in self.trials()}, self.metric, asked, delta,
+                    alpha, min_seeds, self.higher_is_better)
+
     def _collect(self, next_trial: Callable[[], Optional[Trial]], on_result: Optional[Callable[[dict], None]],
                  stop: Optional[threading.Event], method: str) -> None:
         """Train what ``next_trial()`` gives through a :class:`Scheduler`; raise the first failure."""
+        self._claim_data()
         def submit(executor: Any, trial: Trial) -> Any:
             trial = dataclasses.replace(trial, attempt=uuid.uuid4().hex)
             return executor.submit(run_trial, self.make_trainer, [self.algorithms[i] for i in trial.positions],
@@ -178,6 +196,17 @@ class Sweep:
                 raise error  # bad input (the factory, the metric): as the worker raised it
             raise self._failure(trial, error, method) from error
 
+    def _claim_data(self) -> None:
+        """The data the runs read, part of the folder's experiment; a warning where it cannot be."""
+        data = data_fingerprint(self.make_trainer, self.algorithms, self.seeds[0])
+        left_out = {name: why for name, why in data.items() if why.startswith("not part of the identity")}
+        if left_out:
+            warnings.warn(f"the data this sweep's runs read is not part of its identity "
+                          f"({'; '.join(f'{name}: {why}' for name, why in left_out.items())}): finished runs in "
+                          f"{self.folder.path} are reused even if the data changed; start the sweep over after "
+                          f"changing the data", stacklevel=3)
+        self.folder.claim_data({name: value for name, value in data.items() if name not in left_out})
+
     def _failure(self, trial: Trial, error: BaseException, method: str) -> SweepFailed:
         """A failed run (a crash, a worker lost too often), with what finished and what to do."""
         return SweepFailed(trial, error, len(self.folder.rows()), len(self.trials()), self.folder.path, method)
@@ -188,7 +217,7 @@ class Sweep:
         """One row per finished trial: order (what ran), list_order, seed, each final metric,
         samples, wall time (s), run folder."""
         rows = self.folder.rows()
-        by_key = {_key(order.positions, seed): order for order in self.orders for seed in self.seeds}
+        by_key = {trial_key(order.positions, seed): order for order in self.orders for seed in self.seeds}
         found = [{**rows[key], "order": order.label, "list_order": order.list_order}
                  for key, order in by_key.items() if key in rows]
         frame = pd.DataFrame(found)
@@ -201,7 +230,7 @@ class Sweep:
         return frame[firsts + [c for c in frame.columns if c not in firsts + ends] + ends]
 
     def ranking(self, delta: Optional[float] = None, alpha: float = 0.05,
-                bounds: Optional[Sequence[float]] = None) -> pd.DataFrame:
+                bounds: Optional[Sequence[float]] = None, floor: Optional[float] = None) -> pd.DataFrame:
         """The orders ranked best first (ties share a rank): n, mean, standard deviation and 95%
         interval of the metric; the paired difference from the best order (same seeds) with its
         interval, the paired t-test's p-value raw and Holm-adjusted over every pair of orders
@@ -211,16 +240,20 @@ class Sweep:
         or of a metric with ``bounds=(low, high)``, are cut at its range (``ci_clipped``, ``diff_ci_clipped``).
         ``ranking.attrs['friedman']`` is Friedman's test that some order differs, seeds as
         blocks; ``ranking.attrs['summary']`` one line that states the answer. See
-        :func:`~composer_lab.explore.ranking.rank_orders`."""
-        return rank_orders(self._finished(), self.metric, self.higher_is_better, delta, alpha, bounds,
-                           self.labels)
+        :func:`~composer_lab.explore.ranking.rank_orders`. Orders that did not learn (at chance, or
+        past ``floor``: :mod:`~composer_lab.explore.learning`) get the verdict 'not learned', named
+        first in the summary."""
+        ranking = rank_orders(self._finished(), self.metric, self.higher_is_better, delta, alpha, bounds, self.labels)
+        ranking, summary = withhold(ranking, self._not_learned(floor), ranking.attrs["summary"])
+        ranking.attrs["summary"] = summary
+        return ranking
 
     def plot(self, delta: Optional[float] = None, alpha: float = 0.05,
-             bounds: Optional[Sequence[float]] = None) -> LabFigure:
+             bounds: Optional[Sequence[float]] = None, floor: Optional[float] = None) -> LabFigure:
         """The ranking drawn (:func:`~composer_lab.explore.ranking.plot_ranking`): means with their
         95% intervals, paired differences from the best with theirs and each order's verdict;
         degenerate comparisons as labelled marks, best order on top."""
-        return plot_ranking(self.ranking(delta, alpha, bounds), self.metric)
+        return plot_ranking(self.ranking(delta, alpha, bounds, floor), self.metric)
 
     def seeds_needed(self, delta: float, alpha: float = 0.05, power: float = 0.8) -> int:
         """Seeds per order for the paired t-test to tell a difference of ``delta`` from the best
@@ -306,105 +339,3 @@ class Sweep:
                 return known.label
         raise ValueError(f"{order!r} is not one of this sweep's orders; they are {self.labels} (list orders "
                          f"{[known.list_order for known in self.orders]})")
-
-
-def _check_seeds(seeds: Any) -> list[int]:
-    if isinstance(seeds, (int, str)) or not isinstance(seeds, Iterable):
-        raise TypeError(f"seeds must be a list of seeds, e.g. range(5), got {type(seeds).__name__} {seeds!r}")
-    seeds = list(seeds)
-    if not seeds:
-        raise ValueError("no seeds: a sweep trains every order once per seed; give at least one, e.g. seeds=range(5) "
-                         "(5 or more to tell order effects from seed noise)")
-    bad = [s for s in seeds if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 0]
-    if bad or len(set(seeds)) != len(seeds):
-        raise ValueError(f"seeds must be distinct non-negative ints, got {seeds!r}; e.g. seeds=range(5)")
-    return [int(s) for s in seeds]
-
-
-class SweepOrder(NamedTuple):
-    """One order of a sweep: ``label`` (what runs, :func:`~composer_lab.explore.orderings.run_label`),
-    ``list_order`` (the list that runs so, as text) and ``positions`` (that list, as indices)."""
-
-    label: str
-    list_order: str
-    positions: tuple[int, ...]
-
-
-def _orders(orders: Any, algorithms: list[Algorithm],
-            names: list[str]) -> tuple[list[SweepOrder], pd.DataFrame, list[str]]:
-    """The orders to train, the algorithms out of the question and the names of the passes the
-    labels assume (each trial checks its trainer runs them); refused when there is nothing to
-    compare (one order only) or two orders run alike."""
-    if orders is None or isinstance(orders, int) and not isinstance(orders, bool):
-        orders = _every_or_sampled(algorithms, orders)
-    if isinstance(orders, pd.DataFrame):
-        result = _table_orders(orders, len(algorithms))
-        out = orders.attrs.get("out_of_question", pd.DataFrame(columns=["algorithm", "reason"]))
-        every = len(orders) == 1 and int(orders["n_permutations"].iloc[0]) == math.factorial(len(algorithms))
-        single = every or orders.attrs.get("free_events") == []  # (a sample of orders: no event left free)
-        merged = bool(orders.attrs.get("free_events"))  # free events, yet one order: the commutation merged them
-        passes = list(orders.attrs.get("passes", []))
-    else:
-        asked = question(algorithms)
-        result = [SweepOrder(asked.label(p), order_label([names[i] for i in p]), p)
-                  for p in (_positions(order, len(algorithms)) for order in orders)]
-        out, single, merged, passes = asked.out, not asked.free, False, asked.passes
-    if single:
-        raise ValueError(_one_order_message(names, out, merged))
-    if not result:
-        raise ValueError("orders is empty; give at least one order, or None for every distinct order")
-    seen: dict[str, SweepOrder] = {}
-    for order in result:
-        if order.label in seen:
-            raise ValueError(f"the orders {seen[order.label].positions} and {order.positions} run alike "
-                             f"({order.label}); give each order once: orderings(algorithms) lists one of each kind")
-        seen[order.label] = order
-    return result, out, passes
-
-
-def _every_or_sampled(algorithms: list[Algorithm], count: Optional[int]) -> pd.DataFrame:
-    """Every distinct order; or ``count`` permutations drawn at random, by default
-    :data:`SAMPLED_ORDERS` of them past :data:`MAX_ALGORITHMS` algorithms (said in a warning)."""
-    if count is None and len(algorithms) <= MAX_ALGORITHMS:
-        return orderings(algorithms)
-    if count is None:
-        count = SAMPLED_ORDERS
-        warnings.warn(f"{len(algorithms)} algorithms have {math.factorial(len(algorithms)):,} orders: this sweep "
-                      f"trains {count} permutations drawn at random (those that run alike count once); pass "
-                      f"orders=N to choose how many, and read sweep.precedence() for which pairs' order matters",
-                      stacklevel=4)
-    return orderings(algorithms, max_orders=count)
-
-
-def _table_orders(table: pd.DataFrame, n: int) -> list[SweepOrder]:
-    """The orders of an :func:`orderings` table."""
-    missing = {"order", "list_order", "positions"} - set(table.columns)
-    if missing:
-        raise TypeError(f"orders as a table must be one orderings() returns (columns order, list_order, positions, "
-                        f"...), this one lacks {sorted(missing)}; or give a list of positions, e.g. [(1, 0)]")
-    return [SweepOrder(label, list_order, _positions(positions, n))
-            for label, list_order, positions in zip(table["order"], table["list_order"], table["positions"])]
-
-
-def _positions(order: Any, n: int) -> tuple[int, ...]:
-    positions = tuple(order) if isinstance(order, (list, tuple)) else None
-    if positions is None or sorted(positions) != list(range(n)):
-        raise ValueError(f"each order lists the positions of all {n} algorithms once, e.g. "
-                         f"{tuple(range(n))[::-1]}; got {order!r}")
-    return tuple(int(i) for i in positions)
-
-
-def _one_order_message(names: list[str], out: pd.DataFrame, merged: bool) -> str:
-    """Why algorithms that run in one order only leave nothing to compare, and how to free it."""
-    why = ("the commutation table found that the algorithms that meet commute, so orderings() merged every order "
-           "into one" if merged else "; ".join(f"{name} {reason}" for name, reason in out.values))
-    return (f"{', '.join(names)} run in one order only, whatever the list, so a sweep has nothing to compare: {why}. "
-            f"To free the order, give the factory's trainer passes without the pin and the sweep "
-            f"orders=orderings(algorithms, passes=those passes) (e.g. the engine's passes less "
-            f"sort_selective_backprop_first), or sweep algorithms that meet at an event (e.g. CutOut and MixUp, "
-            f"both at after_dataloader)")
-
-
-def _key(positions: Sequence[int], seed: int) -> str:
-    """A file name for a trial, one per (list order, seed): 'o2-0-1__seed3'."""
-    return f"o{'-'.join(map(str, positions))}__seed{seed}"

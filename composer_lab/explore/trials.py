@@ -19,6 +19,8 @@ import torch
 
 from composer_lab.core.algorithm import Algorithm
 from composer_lab.core.passes import pass_name
+from composer_lab.explore.learning import chance_level
+from composer_lab.explore.cost import CostMeter
 from composer_lab.explore.orderings import algorithm_names
 from composer_lab.explore.results import SweepFolder
 from composer_lab.trainer.trainer import Trainer
@@ -33,7 +35,9 @@ _ONE_AT_A_TIME = threading.Lock()
 class Trial:
     """One (order, seed) pair of a sweep. ``attempt`` tells one submission from another, so an
     executor that caches results by their arguments (Dask) never answers with an old one;
-    ``passes``: the names of the passes the order's label assumes (empty: not checked)."""
+    ``passes``: the names of the passes the order's label assumes (empty: not checked);
+    ``duration``: a frontier's trial, built by ``make_trainer(algorithms, seed, duration)`` and
+    measured by a :class:`~composer_lab.explore.cost.CostMeter` (None: a sweep's)."""
 
     order: str
     positions: tuple[int, ...]
@@ -41,6 +45,7 @@ class Trial:
     key: str
     attempt: str
     passes: tuple[str, ...] = ()
+    duration: Optional[str] = None
 
 
 def check_trainer(trainer: Any, make_trainer: Callable, algorithms: Optional[Sequence[Algorithm]] = None) -> Trainer:
@@ -91,28 +96,35 @@ def run_trial(make_trainer: Callable[[list, int], Any], algorithms: Sequence[Alg
     A trial sets process-wide state (the global random generators, torch's thread count), so
     trials in one process train one at a time (a Dask worker with several threads, say)."""
     with _ONE_AT_A_TIME:
-        threads = torch.get_num_threads()
+        threads, meter = torch.get_num_threads(), None
         torch.set_num_threads(1)  # runs share the cores with each other, not with their own threads
         try:
             copies = copy.deepcopy(list(algorithms))
-            trainer = check_trainer(make_trainer(copies, trial.seed), make_trainer, copies)
+            built = make_trainer(copies, trial.seed, *([] if trial.duration is None else [trial.duration]))
+            trainer = check_trainer(built, make_trainer, copies)
             check_passes(trainer, make_trainer, trial.passes)
+            meter = None if trial.duration is None else CostMeter.attach(trainer)
             start = time.perf_counter()
             trainer.fit()
             seconds = time.perf_counter() - start
             trainer.close()
         finally:
             torch.set_num_threads(threads)
+            if meter is not None:
+                meter.stop_counting()
     final = final_metrics(trainer.metrics)
     if metric not in final:
         raise ValueError(f"the runs do not record the metric {metric!r}; they record {sorted(final)}: pass one "
-                         f"of those as Sweep(metric=...), or give the factory's Trainer an eval_dataloader for "
-                         f"'metrics/eval/Accuracy'")
+                         f"of those as metric=... (Sweep, Frontier), or give the factory's Trainer an eval_dataloader "
+                         f"for 'metrics/eval/Accuracy'")
     sweep = SweepFolder(Path(folder))
     run_folder = sweep.run_folder(trial.key)
     trainer.to_run().save(run_folder, overwrite=True)  # a run cut short before may have left a partial one
     row = {"order": trial.order, "positions": list(trial.positions), "seed": trial.seed, **final,
            "samples": int(trainer.state.timestamp.sample), "wall_time": seconds,
+           **({"chance": chance} if (chance := chance_level(trainer)) is not None else {}),
            "run_folder": str(run_folder.relative_to(sweep.path))}
+    if meter is not None:
+        row.update(duration=trial.duration, **meter.row())
     sweep.write_row(trial.key, row)
     return row

@@ -13,13 +13,14 @@ from composer_lab.lab.order_preview import OrderPreview, preview_orders
 from composer_lab.lab.pass_editor import PassEditor
 from composer_lab.lab.plots import (plot_algorithm_events, plot_keep_ratio, plot_loss, plot_runs,
                                     plot_timeline)
-from composer_lab.lab.run_panel import RunHandle, RunPanel
+from composer_lab.lab.background_run import BackgroundRun
+from composer_lab.lab.run_panel import RunPanel
 from composer_lab.trainer.sources import RunData, run_data
-from composer_lab.lab.sweep_panel import SweepHandle, SweepPanel
+from composer_lab.lab.sweep_panel import SweepPanel
 
 __all__ = [
-    "Lab", "Control", "AlgorithmPanel", "PassEditor", "OrderPreview", "RunPanel", "RunHandle", "ConflictView",
+    "Lab", "Control", "AlgorithmPanel", "PassEditor", "OrderPreview", "RunPanel", "BackgroundRun", "ConflictView",
     "find_conflicts", "preview_orders", "diff_runs", "plot_loss", "plot_keep_ratio", "plot_timeline",
     "plot_algorithm_events", "plot_runs", "RunData", "run_data",
-    "SweepPanel", "SweepHandle",
+    "SweepPanel",
 ]

@@ -22,7 +22,7 @@ from matplotlib.lines import Line2D
 
 from composer_lab.core.event import Event
 from composer_lab.figures import LabFigure, figure_png
-from composer_lab.explore.diff import DIFF_STATUSES, diff_runs, without_internal
+from composer_lab.explore.diff import diff_runs, without_internal
 from composer_lab.trainer.sources import RunData, run_data
 
 __all__ = ["plot_loss", "plot_keep_ratio", "plot_timeline", "plot_algorithm_events", "plot_runs",
@@ -42,8 +42,9 @@ def _runs(sources: Sequence[Any]) -> list[RunData]:
 
 def draw_notes(ax: Axes, run: RunData, color: str, strip: bool = True) -> list[Artist]:
     """Each change noted during the run (lab changes, pauses, a longer duration) as a dotted
-    line with its number at the top (one line for the notes of one batch); with ``strip``, the numbers' texts listed under the axis
-    (readable however close the changes are). Returns the artists drawn."""
+    line with its number at the top (one line for the notes of one batch); with ``strip``, the
+    numbers' texts listed under the axis (readable however close the changes are). Returns the
+    artists drawn."""
     notes = run.notes.dropna(subset=["batch"])
     artists: list[Artist] = []
     numbers_at: dict[Any, list[int]] = {}  # notes at one batch share a line, labelled '2-3'
@@ -273,14 +274,20 @@ def plot_runs(a: Any, b: Any, diff: Optional[pd.DataFrame] = None, internal: boo
     loss_ax, diff_ax = fig.subplots(1, 2)
     draw_loss(loss_ax, runs)
     loss_ax.set_title("Loss")
-    title = f"{runs[1].name} vs {runs[0].name}"
+    _draw_diff(diff_ax, diff, f"{runs[1].name} vs {runs[0].name}", max_rows)
+    return fig
+
+
+def _draw_diff(diff_ax: Axes, diff: pd.DataFrame, title: str, max_rows: int = 12) -> None:
+    """:func:`plot_runs`'s right side: one row per event and call of ``diff`` that moved,
+    appeared or vanished, a mark at each batch where it did (the ``max_rows`` busiest rows)."""
     changed = diff[diff["status"].astype(str) != "same"].assign(event=lambda d: d["event"].astype(str),
                                                                   name=lambda d: d["name"].astype(str))
     if changed.empty:
         diff_ax.text(0.5, 0.5, "same calls in the same order", ha="center", va="center", transform=diff_ax.transAxes)
         diff_ax.set_axis_off()
         diff_ax.set_title(title)
-        return fig
+        return
     rows = changed.groupby(["event", "name"], sort=False).size().nlargest(max_rows)
     rank = {e.value: i for i, e in enumerate(Event)}
     rows = rows.sort_index(key=lambda level: level.map(rank) if level.name == "event" else level)
@@ -301,4 +308,3 @@ def plot_runs(a: Any, b: Any, diff: Optional[pd.DataFrame] = None, internal: boo
     diff_ax.set_title(title + (f" ({more} more rows not shown)" if more > 0 else ""))
     diff_ax.legend(handles=[Line2D([], [], marker="|", linestyle="", markersize=10, color=c, label=s)
                             for s, c in _STATUS_COLORS.items()], fontsize=8, loc="upper left", bbox_to_anchor=(1, 1))
-    return fig

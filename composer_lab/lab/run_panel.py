@@ -11,182 +11,53 @@ handle in a notebook (``await lab.run.handle``), so clicks keep flowing while th
 
 from __future__ import annotations
 
-import asyncio
 import html
 import threading
 import time
-from typing import Any, Callable, Generator, Optional
+from typing import Any, Callable, Optional
 
 import ipywidgets as widgets
 
 from composer_lab.core.callback import Callback
 from composer_lab.core.logger import Logger
 from composer_lab.core.state import State
-from composer_lab.lab.interrupt import relay_interrupt
+from composer_lab.lab.background_run import BackgroundRun
 from composer_lab.lab.live_plot import LivePlot, RedrawBudget
 from composer_lab.trainer.duration import reached_max_duration, total_batches
 from composer_lab.trainer.lifecycle import TrainerBusy
 
-__all__ = ["RunHandle", "RunMonitor", "RunPanel", "RunStopped"]
+__all__ = ["Fit", "RunMonitor", "RunPanel"]
 
 
-class RunStopped(KeyboardInterrupt):
-    """Raised at a step boundary to end a run that was asked to stop: an interrupt, as the
-    trainer records it (the batch before it is applied)."""
+class Fit:
+    """``trainer.fit(duration)`` as a :class:`BackgroundRun`'s work, with the run panel's pause
+    point: ``pause_at``, pause when this many batches are done. A fit refused because the
+    trainer runs a loop elsewhere (a thread, a cell) trains nothing: the handle's ``refused``
+    holds the :class:`~composer_lab.trainer.lifecycle.TrainerBusy`."""
 
+    def __init__(self, trainer: Any, duration: Optional[str] = None, pause_at: Optional[int] = None) -> None:
+        self.trainer, self.duration, self.pause_at = trainer, duration, pause_at
 
-class RunHandle:
-    """One ``trainer.fit(duration)`` in a background thread: pause, resume, stop, wait.
-
-    ``pause_at``: pause when this many batches are done. ``on_done()`` runs in the thread
-    when the run ends, before :meth:`wait` returns. A failure in the thread is re-raised by :meth:`wait` and by
-    awaiting the handle; a stop is not a failure (``stopped`` is True). A fit refused because the
-    trainer runs a loop elsewhere (a thread, a cell) trains nothing: ``refused`` holds the
-    :class:`~composer_lab.trainer.lifecycle.TrainerBusy`, re-raised by :meth:`wait`. Interrupting the kernel
-    (SIGINT, :mod:`~composer_lab.lab.interrupt`) stops the run at its next batch boundary, as
-    it stops a ``fit()`` in a cell (``interrupted`` is True); so does interrupting a cell that
-    awaits the handle.
-    """
-
-    def __init__(self, trainer: Any, duration: Optional[str] = None, pause_at: Optional[int] = None,
-                 on_done: Optional[Callable[[], None]] = None) -> None:
-        self.trainer = trainer
-        self.on_done = on_done
-        self.duration = duration
-        self.pause_at = pause_at
-        self.error: Optional[BaseException] = None
-        self.refused: Optional[TrainerBusy] = None
-        self.stopped = False
-        self.interrupted = False
-        self._stop = False
-        self._resume = threading.Event()
-        self._resume.set()
-        self._paused = threading.Event()
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="composer_lab-run", daemon=True)
-        self._restore_interrupt: Callable[[], None] = lambda: None
-
-    def start(self) -> "RunHandle":
-        self._restore_interrupt = relay_interrupt(self.interrupt)
-        self._thread.start()
-        return self
-
-    def _run(self) -> None:
+    def __call__(self, handle: BackgroundRun) -> None:
         try:
             self.trainer.fit(duration=self.duration)
-        except RunStopped:
-            self.stopped = True
         except TrainerBusy as err:
             if err.holder is threading.current_thread():  # a loop called from inside this run: its failure
-                self.error = err
-            else:
-                self.refused = err
-        except BaseException as err:  # kept for wait() / await, which re-raise it in the notebook
-            self.error = err
-        finally:
-            if self.on_done is not None:
-                self.on_done()
-            self._done.set()
-            self._restore_interrupt()
+                raise
+            handle.refused = err
 
-    # -- called in the run's thread ---------------------------------------------------------
-    def runs_here(self) -> bool:
-        """Whether the caller is this run's thread (a fit elsewhere is not this run)."""
-        return threading.current_thread() is self._thread
+    def will_pause(self, handle: BackgroundRun, state: State) -> bool:
+        """Whether :meth:`boundary` at ``state`` pauses (and stays until resumed)."""
+        return handle.will_pause() or (self.pause_at is not None and state.timestamp.batch >= self.pause_at)
 
-    def will_pause(self, state: State) -> bool:
-        """Whether :meth:`step_boundary` at ``state`` pauses (and stays until resumed)."""
-        return not self._resume.is_set() or (self.pause_at is not None and state.timestamp.batch >= self.pause_at)
-
-    def step_boundary(self, state: State) -> None:
-        """Pause here while paused; raise :class:`RunStopped` if asked to stop."""
+    def boundary(self, handle: BackgroundRun, state: State) -> None:
+        """The batch end as the handle's boundary: a change made while paused holds at once, and
+        the trace notes each pause, continue and stop at its batch."""
         if self.pause_at is not None and state.timestamp.batch >= self.pause_at:
             self.pause_at = None
-            self._resume.clear()
-        if not self._resume.is_set():
-            self._note("paused", state)
-            self._paused.set()
-            resumed = False
-            while not resumed:
-                resumed = self._resume.wait(0.05)
-                self.trainer.apply_changes()  # a change made while paused holds at once, and before the run goes on
-            self._paused.clear()
-            if not self._stop:
-                self._note("resumed", state)
-        if self._stop:
-            self._note("interrupted (kernel interrupt)" if self.interrupted else "stopped", state)
-            raise RunStopped(f"stopped at batch {state.timestamp.batch}")
-
-    def _note(self, what: str, state: State) -> None:
-        self.trainer.engine.trace.note("run", what, state.timestamp)
-
-    # -- called from the notebook -----------------------------------------------------------
-    @property
-    def done(self) -> bool:
-        return self._done.is_set()
-
-    @property
-    def paused(self) -> bool:
-        """True while the run's thread waits at a step boundary."""
-        return self._paused.is_set()
-
-    def pause(self) -> None:
-        """Pause at the next step boundary."""
-        self._resume.clear()
-
-    def resume(self) -> None:
-        self._resume.set()
-
-    def stop(self) -> None:
-        """End the run at the next step boundary (also when paused)."""
-        self._stop = True
-        self._resume.set()
-
-    def interrupt(self) -> None:
-        """What the kernel's interrupt does: :meth:`stop`, noted as an interrupt."""
-        if not self.done:
-            self.interrupted = True
-            self.stop()
-
-    def wait_paused(self, timeout: Optional[float] = None) -> bool:
-        """Block until the run is paused (or over); True if it is paused."""
-        while not self._done.is_set():
-            if self._paused.wait(0.01 if timeout is None else min(timeout, 0.01)):
-                return True
-            if timeout is not None:
-                timeout -= 0.01
-                if timeout <= 0:
-                    return False
-        return False
-
-    def wait(self, timeout: Optional[float] = None) -> None:
-        """Block until the run ends; re-raise its error, if any. An interrupt while waiting
-        (Ctrl-C) stops the run too."""
-        try:
-            if not self._done.wait(timeout):
-                raise TimeoutError(f"the run is still going after {timeout} s; wait longer or call stop()")
-        except KeyboardInterrupt:
-            self.interrupt()
-            raise
-        self._finish()
-
-    def _finish(self) -> None:
-        self._restore_interrupt()
-        if self.error is not None:
-            raise self.error
-        if self.refused is not None:
-            raise self.refused
-
-    def __await__(self) -> Generator[Any, None, None]:
-        async def finish() -> None:
-            try:
-                while not self._done.is_set():
-                    await asyncio.sleep(0.05)
-            except (KeyboardInterrupt, asyncio.CancelledError):  # the cell awaiting the run was interrupted
-                self.interrupt()
-                raise
-            self._finish()
-        return finish().__await__()
+            handle.pause()
+        handle.boundary(while_paused=self.trainer.apply_changes,
+                        note=lambda what: self.trainer.engine.trace.note("run", what, state.timestamp))
 
 
 class RunMonitor(Callback):
@@ -221,7 +92,8 @@ class RunPanel(widgets.VBox):
     bar's total is the run's current length, and the plot is redrawn within ``redraw_share`` of
     the run's time (:class:`RedrawBudget`). A Start the trainer refuses (it trains elsewhere) and
     a Start that needs a duration are notices, on a line of their own. ``handle`` is the current
-    :class:`RunHandle`; ``on_finished()`` runs when a fit ends (in the thread that trained).
+    :class:`BackgroundRun` (its ``work`` a :class:`Fit`); ``on_finished()`` runs when a fit ends
+    (in the thread that trained).
     """
 
     def __init__(self, trainer: Any, redraw_share: float = 0.05,
@@ -232,7 +104,7 @@ class RunPanel(widgets.VBox):
         self.redraw = RedrawBudget(redraw_share)
         self.trainer = trainer
         self.on_finished = on_finished
-        self.handle: Optional[RunHandle] = None
+        self.handle: Optional[BackgroundRun] = None
         self.live_plot = LivePlot()
         self._shown_at = 0.0
         self._outside: Optional[str] = None  # the thread of a fit outside the panel, while it trains
@@ -276,7 +148,7 @@ class RunPanel(widgets.VBox):
         monitor.panel = self
 
     # -- buttons ----------------------------------------------------------------------------
-    def start(self, duration: Optional[str] = None, pause_at: Optional[int] = None) -> RunHandle:
+    def start(self, duration: Optional[str] = None, pause_at: Optional[int] = None) -> BackgroundRun:
         """Train in the background: ``trainer.fit(duration)``. A trainer at the end of its
         ``max_duration`` needs a ``duration`` (how much more to train)."""
         state = self.trainer.state
@@ -287,7 +159,7 @@ class RunPanel(widgets.VBox):
                              f"{state.max_duration}); say how much more to train, e.g. 'train for' 20ba "
                              f"(or start('20ba')), then Start")
         self.notice.value = ""
-        self.handle = RunHandle(self.trainer, duration, pause_at, on_done=self._finished)
+        self.handle = BackgroundRun(Fit(self.trainer, duration, pause_at), on_done=self._finished)
         self._set_buttons(running=True)
         return self.handle.start()
 
@@ -326,7 +198,7 @@ class RunPanel(widgets.VBox):
             self.handle.stop()
 
     # -- what the run reports (in the thread that trains) -----------------------------------
-    def _own(self) -> Optional[RunHandle]:
+    def _own(self) -> Optional[BackgroundRun]:
         """The panel's run if the caller is its thread; None in a fit outside the panel."""
         handle = self.handle
         return handle if handle is not None and handle.runs_here() else None
@@ -337,7 +209,8 @@ class RunPanel(widgets.VBox):
             self._follow_outside()
         else:
             self._outside = None  # an outside fit that ended early is over: this run's status replaces it
-            self.status.value = f"training{f' for {handle.duration}' if handle.duration else ' to max_duration'}"
+            duration = handle.work.duration
+            self.status.value = f"training{f' for {duration}' if duration else ' to max_duration'}"
         self._show(state)
 
     def _follow_outside(self) -> None:
@@ -371,10 +244,10 @@ class RunPanel(widgets.VBox):
         if self.redraw.due():
             self._redraw()
         if handle is not None:
-            if handle.will_pause(state):
+            if handle.work.will_pause(handle, state):
                 self._show(state)
                 self.status.value = f"paused: {state.timestamp.batch} batches trained; press Continue"
-            handle.step_boundary(state)
+            handle.work.boundary(handle, state)
 
     def _fit_ended(self, state: State) -> None:
         if self._own() is not None:
@@ -401,7 +274,7 @@ class RunPanel(widgets.VBox):
         if self.on_finished is not None:
             self.on_finished()
 
-    def _end_status(self, handle: RunHandle, state: State) -> str:
+    def _end_status(self, handle: BackgroundRun, state: State) -> str:
         batch, end = state.timestamp.batch, state.max_duration
         more = "press Start to go on to max_duration" if not reached_max_duration(state.timestamp, end) else \
             "give 'train for' (e.g. 20ba) and press Start to train more"

@@ -12,82 +12,21 @@ folder: start again to resume. Await the handle in a notebook (``await panel.sta
 
 from __future__ import annotations
 
-import asyncio
 import re
 import tempfile
-import threading
 from pathlib import Path
-from typing import Any, Callable, Generator, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import ipywidgets as widgets
 
 from composer_lab.core.algorithm import Algorithm
 from composer_lab.explore import Sweep, algorithm_names, local_pool
 from composer_lab.explore.executors import default_workers
-from composer_lab.explore.race import race_of
 from composer_lab.explore.sweep import DEFAULT_METRIC
+from composer_lab.lab.background_run import BackgroundRun
 from composer_lab.lab.plots import figure_png
 
-__all__ = ["SweepPanel", "SweepHandle"]
-
-
-class SweepHandle:
-    """One ``sweep.run()`` in a background thread: stop it, wait for it, await it. A failure in
-    the thread is re-raised by :meth:`wait` and by awaiting the handle."""
-
-    def __init__(self, sweep: Sweep, on_result: Callable[[dict], None],
-                 on_done: Callable[[], None], shutdown: Optional[Callable[[], None]] = None,
-                 delta: Optional[float] = None) -> None:
-        self.sweep, self.delta = sweep, delta
-        self.error: Optional[BaseException] = None
-        self._stop = threading.Event()
-        self._done = threading.Event()
-        self._on_result, self._on_done, self._shutdown = on_result, on_done, shutdown
-        self._thread = threading.Thread(target=self._run, name="composer_lab-sweep", daemon=True)
-
-    def start(self) -> "SweepHandle":
-        self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        try:
-            if self.delta is None:
-                self.sweep.run(on_result=self._on_result, stop=self._stop)
-            else:
-                self.sweep.race(self.delta, on_result=self._on_result, stop=self._stop)
-        except BaseException as err:  # kept for wait() / await, which re-raise it in the notebook
-            self.error = err
-        finally:
-            if self._shutdown is not None:
-                self._shutdown()
-            self._on_done()
-            self._done.set()
-
-    @property
-    def done(self) -> bool:
-        return self._done.is_set()
-
-    @property
-    def stopped(self) -> bool:
-        """Whether :meth:`stop` was called."""
-        return self._stop.is_set()
-
-    def stop(self) -> None:
-        """Cancel the runs not yet training; those training finish; all stay in the folder."""
-        self._stop.set()
-
-    def wait(self, timeout: Optional[float] = None) -> None:
-        """Block until the sweep ends; re-raise its failure."""
-        self._done.wait(timeout)
-        if self.error is not None:
-            raise self.error
-
-    def __await__(self) -> Generator[Any, None, None]:
-        async def finish() -> None:
-            while not self._done.is_set():
-                await asyncio.sleep(0.05)
-            self.wait()
-        return finish().__await__()
+__all__ = ["SweepPanel"]
 
 
 class SweepPanel(widgets.VBox):
@@ -127,7 +66,7 @@ class SweepPanel(widgets.VBox):
         self.table = widgets.HTML()
         self.image = widgets.Image(format="png")
         self.sweep: Optional[Sweep] = None
-        self.handle: Optional[SweepHandle] = None
+        self.handle: Optional[BackgroundRun] = None
         self.run_button.on_click(lambda _: self.start())
         self.stop_button.on_click(lambda _: self.stop())
         super().__init__([widgets.HBox(self.checks), widgets.HBox([self.seeds, self.workers]),
@@ -139,7 +78,7 @@ class SweepPanel(widgets.VBox):
         """The checked algorithms, in the order given."""
         return [a for a, check in zip(self.algorithms, self.checks) if check.value]
 
-    def start(self) -> SweepHandle:
+    def start(self) -> BackgroundRun:
         """Sweep (with "race" checked: race) the checked algorithms over the seeds, in the background."""
         if self.handle is not None and not self.handle.done:
             raise RuntimeError("a sweep is running; stop it (or wait for it) before starting another")
@@ -154,8 +93,8 @@ class SweepPanel(widgets.VBox):
                 shutdown()
             raise
         racing = self.race.value
-        self.handle = SweepHandle(self.sweep, self._on_result, self._finished, shutdown,
-                                  self.delta.value if racing else None)
+        work = _SweepWork(self.sweep, self._on_result, shutdown, self.delta.value if racing else None)
+        self.handle = BackgroundRun(work, name="composer_lab-sweep", on_done=self._finished)
         self.progress.max = len(self.sweep.trials())
         self._count()
         self.status.value = (f"{len(self.sweep.orders)} orders x {'at most ' if racing else ''}{self.seeds.value} seeds"
@@ -195,7 +134,7 @@ class SweepPanel(widgets.VBox):
 
     @property
     def _racing(self) -> bool:
-        return self.handle is not None and self.handle.delta is not None
+        return self.handle is not None and self.handle.work.delta is not None
 
     def _show(self) -> None:
         """The ranking so far (racing: the decision, verdicts and answer), as a table and a plot
@@ -203,10 +142,30 @@ class SweepPanel(widgets.VBox):
         if self.sweep is None or self.sweep.results.empty:
             return
         if self._racing:
-            self.table.value = race_of(self.sweep, self.handle.delta).decision()._repr_html_()
+            self.table.value = self.sweep.racer(self.handle.work.delta).decision()._repr_html_()
         else:
             self.table.value = self.sweep.ranking().to_html(index=False, float_format=lambda x: f"{x:.4f}", na_rep="")
         self.image.value = figure_png(self.sweep.plot())
+
+
+class _SweepWork:
+    """A sweep (or with a ``delta``, a race) as a :class:`BackgroundRun`'s work: it stops when
+    the handle asks (the runs not yet training are cancelled), and ``shutdown()`` (the local
+    pool's) runs however it ends."""
+
+    def __init__(self, sweep: Sweep, on_result: Callable[[dict], None], shutdown: Optional[Callable[[], None]],
+                 delta: Optional[float]) -> None:
+        self.sweep, self.on_result, self.shutdown, self.delta = sweep, on_result, shutdown, delta
+
+    def __call__(self, handle: BackgroundRun) -> None:
+        try:
+            if self.delta is None:
+                self.sweep.run(on_result=self.on_result, stop=handle.stop_requested)
+            else:
+                self.sweep.race(self.delta, on_result=self.on_result, stop=handle.stop_requested)
+        finally:
+            if self.shutdown is not None:
+                self.shutdown()
 
 
 def _slug(algorithms: Sequence[Algorithm]) -> str:

@@ -15,7 +15,7 @@ from composer_lab.tracking.mlflow_store import COMPLETE, RUN_KEY, MLflowStore
 if TYPE_CHECKING:
     from composer_lab.trainer.run import Run
 
-__all__ = ["run_to_mlflow", "sweep_to_mlflow", "SWEEP_KEY", "TRIAL_KEY"]
+__all__ = ["to_mlflow", "sweep_to_mlflow", "SWEEP_KEY", "TRIAL_KEY"]
 
 SWEEP_KEY = "composer_lab.sweep"
 """The tag naming the sweep folder a run belongs to (the parent and every child)."""
@@ -23,7 +23,7 @@ TRIAL_KEY = "composer_lab.trial"
 """The tag naming a child's trial key (its run folder's name); the parent's is 'sweep'."""
 
 
-def run_to_mlflow(run: Run, tracking_uri: Optional[str] = None, experiment_name: str = DEFAULT_EXPERIMENT) -> str:
+def to_mlflow(run: Run, tracking_uri: Optional[str] = None, experiment_name: str = DEFAULT_EXPERIMENT) -> str:
     """Log ``run`` as :class:`~composer_lab.tracking.MLflowLogger` logs a live one (parameters, every
     metric row at its batch, the run folder as artifacts), as a FINISHED run; returns its id. A run
     logged before (live or exported, keyed by the run's ``run_id``) is not logged again."""
@@ -39,7 +39,8 @@ def sweep_to_mlflow(folder: Union[str, os.PathLike], results: pd.DataFrame, rank
     under it, one child run per row of ``results`` (the saved run of one (order, seed): its
     parameters, metrics and folder) with ``order``, ``seed`` and ``list_order`` (where the results
     have it) as parameters and its order's ranking row as tags (``ranking.rank``,
-    ``ranking.verdict``, ...). Keyed by the folder and each trial's key: exporting again adds only
+    ``ranking.verdict``, ...), named '<order> seed <seed>', its ``wall_time`` (s) a metric.
+    Keyed by the folder and each trial's key: exporting again adds only
     the trials new since and sets the tags anew. Returns the parent's id."""
     from composer_lab.trainer.run import Run
 
@@ -59,7 +60,8 @@ def sweep_to_mlflow(folder: Union[str, os.PathLike], results: pd.DataFrame, rank
                                                                   if "list_order" in row else {})}
         tags = {f"ranking.{name}": str(value) for name, value in ranks.get(row["order"], {}).items() if name != "order"}
         store.export(Run.load(row["run_folder"]), experiment, {SWEEP_KEY: sweep, TRIAL_KEY: key}, child,
-                     {"mlflow.parentRunId": parent, **tags})
+                     {"mlflow.parentRunId": parent, **tags}, f"{row['order']} seed {row['seed']}",
+                     {"wall_time": float(row["wall_time"])} if "wall_time" in row else {})
     with tempfile.TemporaryDirectory(prefix="composer_lab-mlflow-") as scratch:
         ranking.to_csv(Path(scratch) / "ranking.csv", index=False)
         store.client.log_artifact(parent, str(Path(scratch) / "ranking.csv"))

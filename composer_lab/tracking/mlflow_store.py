@@ -17,6 +17,7 @@ from urllib.parse import urlparse
 
 import pandas as pd
 
+from composer_lab.tracking.run_clock import RunClock, run_clock
 from composer_lab.tracking.run_params import order_params, run_params, tracker_key
 from composer_lab.tracking.tracker import require, writable_folder
 
@@ -66,9 +67,10 @@ class MLflowStore:
                                         max_results=1)
         return found[0] if found else None
 
-    def create_run(self, experiment_id: str, name: str, tags: Mapping[str, str]) -> str:
-        """A new run (RUNNING) of ``experiment_id``; its id."""
-        return self.client.create_run(experiment_id, run_name=name, tags=dict(tags)).info.run_id
+    def create_run(self, experiment_id: str, name: str, tags: Mapping[str, str],
+                   start_time: Optional[int] = None) -> str:
+        """A new run (RUNNING) of ``experiment_id``, started at ``start_time`` (unix ms; None: now); its id."""
+        return self.client.create_run(experiment_id, start_time=start_time, run_name=name, tags=dict(tags)).info.run_id
 
     def log_params(self, run_id: str, params: Mapping[str, Any]) -> None:
         """``params`` as MLflow parameters (text), keys made valid (:func:`tracker_key`)."""
@@ -78,13 +80,14 @@ class MLflowStore:
         for start in range(0, len(entries), _BATCH["params"]):
             self.client.log_batch(run_id, params=entries[start:start + _BATCH["params"]])
 
-    def log_metrics(self, run_id: str, rows: pd.DataFrame) -> None:
-        """Each ``(batch, name, value)`` row of a metrics frame as metric ``name`` at step ``batch``."""
+    def log_metrics(self, run_id: str, rows: pd.DataFrame, clock: Optional[RunClock] = None) -> None:
+        """Each ``(batch, name, value)`` row of a metrics frame as metric ``name`` at step ``batch``,
+        dated by the run's ``clock`` (None: now, for rows logged as they come)."""
         from mlflow.entities import Metric
 
-        now = int(time.time() * 1000)
-        entries = [Metric(tracker_key(name), value, now, batch) for batch, name, value in zip(
-            rows["batch"].tolist(), rows["name"].astype(str).tolist(), rows["value"].tolist())]
+        times = clock.at(rows["batch"]) if clock is not None else [int(time.time() * 1000)] * len(rows)
+        entries = [Metric(tracker_key(name), value, stamp, batch) for batch, name, value, stamp in zip(
+            rows["batch"].tolist(), rows["name"].astype(str).tolist(), rows["value"].tolist(), times)]
         for start in range(0, len(entries), _BATCH["metrics"]):
             self.client.log_batch(run_id, metrics=entries[start:start + _BATCH["metrics"]])
 
@@ -94,29 +97,43 @@ class MLflowStore:
             run.save(Path(folder) / "run")
             self.client.log_artifacts(run_id, str(Path(folder) / "run"), artifact_path="run")
 
-    def end(self, run_id: str, status: str) -> None:
-        """End the run with ``status`` ('FINISHED', 'FAILED', 'KILLED'), tagged complete."""
+    def end(self, run_id: str, status: str, end_time: Optional[int] = None) -> None:
+        """End the run with ``status`` ('FINISHED', 'FAILED', 'KILLED') at ``end_time`` (unix ms;
+        None: now), tagged complete."""
         self.client.set_tag(run_id, COMPLETE, "true")
-        self.client.set_terminated(run_id, status)
+        self.client.set_terminated(run_id, status, end_time=end_time)
 
-    def export(self, run: Run, experiment_id: str, key: Mapping[str, str],
-               params: Optional[Mapping[str, Any]] = None, tags: Optional[Mapping[str, str]] = None) -> str:
+    def export(self, run: Run, experiment_id: str, key: Mapping[str, str], params: Optional[Mapping[str, Any]] = None,
+               tags: Optional[Mapping[str, str]] = None, name: Optional[str] = None,
+               totals: Optional[Mapping[str, float]] = None) -> str:
         """Write ``run`` (parameters, every metric row, its folder as artifacts) as the run tagged
-        ``key``, unless a complete one is there already (then only ``tags`` are set on it again);
-        ``params`` and ``tags`` add to the run's own. Returns the MLflow run's id."""
-        params, tags = params or {}, tags or {}
+        ``key``, named ``name`` (default: the run's), unless a complete one is there already (then
+        only ``tags`` are set on it again); ``params`` and ``tags`` add to the run's own, ``totals``
+        (e.g. the wall time) are metrics logged once, at its end. The MLflow run carries the run's
+        own clock (:func:`run_clock`: its start, end and each step's time).
+        Returns the MLflow run's id."""
+        tags = tags or {}
         found = self.find_run(experiment_id, key)
         if found is not None and found.data.tags.get(COMPLETE) == "true":
-            for name, value in tags.items():
-                self.client.set_tag(found.info.run_id, name, value)
+            for tag, value in tags.items():
+                self.client.set_tag(found.info.run_id, tag, value)
             return found.info.run_id
         if found is not None:
             self.client.delete_run(found.info.run_id)  # an export cut short: written anew
-        run_id = self.create_run(experiment_id, run.name, {RUN_KEY: str(run.config.get("run_id")), **key, **tags})
-        self.log_params(run_id, {**run_params(run), **order_params(run), **params})
-        self.log_metrics(run_id, run.metrics)
+        return self._write(run, experiment_id, {RUN_KEY: str(run.config.get("run_id")), **key, **tags},
+                           {**run_params(run), **order_params(run), **(params or {})}, name or run.name, totals or {})
+
+    def _write(self, run: Run, experiment_id: str, tags: Mapping[str, str], params: Mapping[str, Any], name: str,
+               totals: Mapping[str, float]) -> str:
+        """A new MLflow run of ``run`` on its own clock, FINISHED; its id."""
+        clock = run_clock(run)
+        run_id = self.create_run(experiment_id, name, tags, clock and clock.start)
+        self.log_params(run_id, params)
+        self.log_metrics(run_id, run.metrics, clock)
+        for metric, value in totals.items():
+            self.client.log_metric(run_id, metric, value, timestamp=clock and clock.end)
         self.log_run_folder(run_id, run)
-        self.end(run_id, "FINISHED")
+        self.end(run_id, "FINISHED", clock and clock.end)
         return run_id
 
 

@@ -19,7 +19,7 @@ from composer_lab.tracking.tracker import Tracker, require, writable_folder
 if TYPE_CHECKING:
     from composer_lab.trainer.run import Run
 
-__all__ = ["TensorBoardLogger", "run_to_tensorboard", "RUN_MARK"]
+__all__ = ["TensorBoardLogger", "to_tensorboard", "RUN_MARK"]
 
 RUN_MARK = "composer_lab_run.json"
 """The file in a ``log_dir`` that names the run a :class:`TensorBoardLogger` last wrote there
@@ -72,7 +72,7 @@ class TensorBoardLogger(Tracker):
                 pass
 
 
-def run_to_tensorboard(run: Run, log_dir: Union[str, os.PathLike]) -> str:
+def to_tensorboard(run: Run, log_dir: Union[str, os.PathLike]) -> str:
     """Write a saved (or finished) ``run`` to ``log_dir`` as :class:`TensorBoardLogger` writes a live
     one: every metric row as a scalar at its batch, the setup as text and hyperparameters. Returns
     the folder's path (``tensorboard --logdir <it>``)."""

@@ -1,7 +1,7 @@
 """The live trackers' common part: a callback that hands what a run logs to a tracker, in batches.
 
 A :class:`Tracker` opens its tracker at each fit's start and closes it at the fit's end, or when
-the fit fails or is interrupted (the trainer tells its trackers, :func:`tell_failure`), so no file
+the fit fails or is interrupted (the trainer tells every callback, :meth:`Callback.fit_failed`), so no file
 or tracking run stays open between fits. It reads the logger's rows new since its last read every
 ``flush_interval`` batches, after an epoch's evaluation and at the end, as the trainer's own flush
 does: the values were already copied to the host in bulk, so tracking adds no read of the device
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from composer_lab.core.state import State
     from composer_lab.trainer.run import Run
 
-__all__ = ["Tracker", "attach_trackers", "tell_failure", "writable_folder", "require"]
+__all__ = ["Tracker", "writable_folder", "require"]
 
 
 class Tracker(Callback):
@@ -40,7 +40,7 @@ class Tracker(Callback):
 
     A tracker that fails mid-run (a full disk, a tracking server gone) does not stop training: it
     warns, notes it in the trace (kind 'tracker') and writes nothing more this fit; the run's
-    trace and metrics are whole, to export after the fact (``trainer.to_run().to_mlflow(...)``).
+    trace and metrics are whole, to export after the fact (``to_mlflow(trainer.to_run(), ...)``).
     Only rank 0 of a distributed run writes (it holds the metrics).
     """
 
@@ -54,7 +54,7 @@ class Tracker(Callback):
         self._failed: Optional[Exception] = None
 
     def attach(self, trainer: Any) -> None:
-        """Called by the Trainer that runs this tracker, before INIT (a weak reference: no cycle)."""
+        """Called by the Trainer that runs this tracker, before INIT (kept as a weak reference: no cycle)."""
         self._trainer = weakref.ref(trainer)
 
     @property
@@ -129,7 +129,7 @@ class Tracker(Callback):
             self._release()
             message = (f"{type(self).__name__} could not {what} ({type(err).__name__}: {err}); it writes nothing more "
                        f"this fit. Training goes on and the run keeps its trace and metrics: export them after the "
-                       f"fact with trainer.to_run().to_mlflow(...) or .to_tensorboard(...)")
+                       f"fact with composer_lab.tracking's to_mlflow(trainer.to_run(), ...) or to_tensorboard(...)")
             trainer = self.trainer
             trainer.trace.note("tracker", message, trainer.state.timestamp)
             warnings.warn(message, RuntimeWarning, stacklevel=2)
@@ -145,20 +145,6 @@ class Tracker(Callback):
 
     def _release(self) -> None:
         raise NotImplementedError
-
-
-def attach_trackers(trainer: Any) -> None:
-    """Tell each tracker among ``trainer.state.callbacks`` which trainer runs it."""
-    for callback in trainer.state.callbacks:
-        if isinstance(callback, Tracker):
-            callback.attach(trainer)
-
-
-def tell_failure(trainer: Any, error: BaseException) -> None:
-    """Tell each tracker among ``trainer.state.callbacks`` that the fit ended with ``error``."""
-    for callback in trainer.state.callbacks:
-        if isinstance(callback, Tracker):
-            callback.fit_failed(error)
 
 
 def writable_folder(path: Union[str, os.PathLike], what: str) -> Path:

@@ -20,7 +20,7 @@ from composer_lab.core.callback import Callback
 from composer_lab.core.logger import METRIC_COLUMNS
 from composer_lab.core.time import Timestamp
 from composer_lab.core.trace import Trace, read_parquet, write_parquet
-from composer_lab.chunks import ChunkStore, to_table
+from composer_lab.core.trace.storage import ChunkStore, to_table
 from composer_lab.trainer import distributed
 from composer_lab.trainer.distributed import barrier
 from composer_lab.trainer.interval import Interval

@@ -20,7 +20,7 @@ from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence, Union
 import pandas as pd
 
 from composer_lab.core.trace import Trace
-from composer_lab.chunks import temporary_folder
+from composer_lab.core.trace.storage import temporary_folder
 
 __all__ = ["RankTraces", "TRACE_FRAMES", "RANK_TRACES"]
 

@@ -36,6 +36,9 @@ class Run:
     ``rank_traces`` holds every rank's trace for a run trained under torchrun (a
     :class:`RankTraces`; the frames themselves when read from a folder written before it).
 
+    Exporters are functions over a run, in :mod:`composer_lab.tracking` (``to_mlflow(run, ...)``,
+    ``to_tensorboard(run, ...)``): this layer knows no tracker.
+
     The lab reads every run through this type (:func:`~composer_lab.trainer.sources.run_data`),
     which also fills in what it knows of the setup: ``algorithms`` (live objects, from a
     trainer) and ``total_batches`` (the run's length)."""
@@ -100,20 +103,6 @@ class Run:
         return cls(info["name"], info.get("config", {}), Trace.load(folder / "trace"),
                    pd.read_parquet(folder / "metrics.parquet"), _load_rank_traces(folder / "ranks"))
 
-    def to_tensorboard(self, log_dir: Union[str, os.PathLike]) -> str:
-        """Write this run to TensorBoard event files in ``log_dir`` (the ``tensorboard`` extra; see
-        :func:`~composer_lab.tracking.run_to_tensorboard`); returns the folder."""
-        from composer_lab.tracking.tensorboard_logger import run_to_tensorboard
-
-        return run_to_tensorboard(self, log_dir)
-
-    def to_mlflow(self, tracking_uri: Optional[str] = None, experiment_name: str = "composer_lab") -> str:
-        """Log this run to MLflow once (the ``mlflow`` extra; see
-        :func:`~composer_lab.tracking.run_to_mlflow`); returns the MLflow run's id."""
-        from composer_lab.tracking.mlflow_export import run_to_mlflow
-
-        return run_to_mlflow(self, tracking_uri, experiment_name)
-
 
 def _load_rank_traces(ranks: Path) -> Optional[Mapping[str, pd.DataFrame]]:
     """The rank traces in ``ranks`` (:meth:`RankTraces.load`, read when asked); the frames of a
@@ -150,6 +139,7 @@ def run_config(trainer: Any) -> dict[str, Any]:
         "trace": trainer.trace.level,
         "stop_on_nonfinite_loss": trainer.nonfinite.mode,
         "flush_interval": trainer.flush_interval,
+        "started_at": trainer.trace.meta.get("started_at"),  # (unix seconds when the trace began: its times' origin)
     }
 
 

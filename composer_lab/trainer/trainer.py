@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import os
 import threading
+import time
 import uuid
 from typing import Any, Callable, Optional, Sequence, Union
 
@@ -35,7 +36,6 @@ from composer_lab.trainer.metrics import EvalMetrics, Throughput
 from composer_lab.trainer.progress import ProgressBar
 from composer_lab.trainer.rng import seed_all
 from composer_lab.trainer.run import Run, default_run_name, run_config
-from composer_lab.tracking.tracker import attach_trackers, tell_failure
 
 # The events of a batch (and the epoch unit) as module names, read at every batch: on Python 3.11 a
 # member read off an Enum class goes through EnumType.__getattr__, about 90 ns each.
@@ -136,7 +136,9 @@ class Trainer:
         self.checkpoint_saver = (CheckpointSaver(save_folder, Interval(save_interval, "save_interval"),
                                                  self.checkpoint_payload) if save_folder is not None else None)
         self.state.callbacks = [*user_callbacks, *[cb for cb in (self.progress_bar, self.checkpoint_saver) if cb]]
-        attach_trackers(self)  # (TensorBoardLogger, MLflowLogger: they read the run and hear of a failed fit)
+        self.trace.meta.setdefault("started_at", time.time())  # (the wall clock its times count from: exports)
+        for callback in self.state.callbacks:
+            callback.attach(self)  # (trackers read the run; each callback hears of a failed fit: fit_failed)
         self.eval_metrics = EvalMetrics()
         self.throughput = Throughput()
         self.scaler = make_grad_scaler(precision, device)
@@ -431,7 +433,8 @@ class Trainer:
         if not applied:
             self.scaler = abandon_batch(self.state, self.scaler)
         note_failure(self.trace, err, self.engine.event, self.state.timestamp, applied)
-        tell_failure(self, err)
+        for callback in self.state.callbacks:
+            callback.fit_failed(err)
 
     # -- eval and predict -----------------------------------------------------------------------
     def eval(self, eval_dataloader: Any = None) -> dict[str, float]:

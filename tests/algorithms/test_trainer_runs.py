@@ -19,7 +19,8 @@ Trainer = pytest.importorskip("composer_lab.trainer").Trainer
 
 def loader(n: int = 40, batch_size: int = 8) -> torch.utils.data.DataLoader:
     gen = torch.Generator().manual_seed(0)
-    data = torch.utils.data.TensorDataset(torch.randn(n, 3, 8, 8, generator=gen), torch.randint(0, 4, (n,), generator=gen))
+    images, labels = torch.randn(n, 3, 8, 8, generator=gen), torch.randint(0, 4, (n,), generator=gen)
+    data = torch.utils.data.TensorDataset(images, labels)
     return torch.utils.data.DataLoader(data, batch_size=batch_size)
 
 
@@ -82,12 +83,13 @@ def test_each_algorithm_runs_in_a_short_fit(name):
     cls = algos.ALGORITHMS[name]
     kwargs = {"selective_backprop": dict(start=0.0), "random_subset": dict(start=0.0),
               "layer_freezing": dict(freeze_start=0.0), "progressive_resizing": dict(size_increment=2),
-              "blurpool": dict(min_channels=1)}.get(name, {})
+              "blurpool": dict(min_channels=1),
+              "seq_length_warmup": dict(duration=0.5, min_seq_length=4, max_seq_length=16, step_size=4)}.get(name, {})
     model = transformer_classifier() if name in ("gated_linear_units", "fused_layernorm") else TinyCNN()
     if name == "blurpool":
         model.conv.stride = (2, 2)
     train = loader()
-    if name == "randaugment":
+    if name in ("randaugment", "augmix"):
         class Images(torch.utils.data.Dataset):
             transform = None
 
@@ -98,9 +100,9 @@ def test_each_algorithm_runs_in_a_short_fit(name):
                 return self.transform(torch.rand(3, 8, 8)), i % 4
         train = torch.utils.data.DataLoader(Images(), batch_size=8)
     loss_fn, evaluation = nn.functional.cross_entropy, loader(16)
-    if name == "alibi":  # changes a language model's attention: a tiny GPT on token windows
+    if name in ("alibi", "seq_length_warmup"):  # language-model methods: a tiny GPT on token windows
         model = TinyGPT(vocab_size=32, max_sequence_length=16, d_model=16, n_layers=1, n_heads=2)
-        train, evaluation, loss_fn = token_loader(), token_loader(8, 32), language_model_loss
+        train, evaluation, loss_fn = token_loader(), token_loader(8, 32 if name == "alibi" else 16), language_model_loss
     algorithm = cls(**kwargs)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # FusedLayerNorm warns without Apex

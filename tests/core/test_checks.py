@@ -19,7 +19,8 @@ def test_the_message_names_the_argument_its_rule_and_the_fix():
     assert check_positive_int("n", 3) == 3
     with pytest.raises(ValueError, match=r"^n must be a positive integer, got 0$"):
         check_positive_int("n", 0)
-    with pytest.raises(ValueError, match=r"^workers is how many processes, a positive int, got True; e\.g\. workers=2$"):
+    message = r"^workers is how many processes, a positive int, got True; e\.g\. workers=2$"
+    with pytest.raises(ValueError, match=message):
         check_positive_int("workers", True, "is how many processes, a positive int", "e.g. workers=2")
 
 

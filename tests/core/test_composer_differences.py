@@ -42,3 +42,17 @@ def test_ema_interval_in_epochs_counts_batches():
     assert torch.equal(ema.averages[0], start)
     engine.run_event(Event.BATCH_END)
     assert torch.allclose(ema.averages[0], start + 1.0)
+
+
+def test_adaptive_clipping_floors_the_weight_norm_so_a_zero_initialised_unit_still_trains():
+    """Composer scales a unit's gradient by ``threshold * |w| / |g|`` with no floor, so a unit whose
+    weights are all zero (a zero-initialised bias) gets a zero gradient and never trains; here
+    ``|w|`` is floored at 1e-3 (Brock et al.'s epsilon)."""
+    import composer_lab.functional as cf
+
+    layer = torch.nn.Linear(3, 2)
+    with torch.no_grad():
+        layer.bias.zero_()
+    layer.weight.grad, layer.bias.grad = torch.zeros(2, 3), torch.tensor([3.0, 4.0])  # |g| = 5
+    cf.apply_gradient_clipping(layer, "adaptive", 0.1)
+    assert torch.allclose(layer.bias.grad, torch.tensor([3.0, 4.0]) * (0.1 * 1e-3 / 5))

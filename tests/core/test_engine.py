@@ -61,7 +61,8 @@ def test_string_events_are_accepted(state):
 
 
 @pytest.mark.parametrize("warm", [False, True])  # (the first event works the listeners out; later ones look them up)
-@pytest.mark.parametrize("bad, message", [("after_losss", "did you mean 'after_loss'"), (["after_loss"], "not an event")])
+@pytest.mark.parametrize("bad, message", [("after_losss", "did you mean 'after_loss'"),
+                                          (["after_loss"], "not an event")])
 def test_an_unknown_event_is_refused_naming_the_closest(state, warm, bad, message):
     engine = Engine(state)
     if warm:
@@ -93,7 +94,8 @@ def test_traces_is_a_read_only_mapping(state):
     state.algorithms = [Recorder("A", [Event.AFTER_LOSS], []), Recorder("B", [Event.AFTER_LOSS], [])]
     traces = Engine(state).run_event(Event.AFTER_LOSS)
     assert sorted(traces) == ["Recorder#2/after_loss", "Recorder/after_loss"]
-    assert sorted(t.order for t in traces.values()) == [0, 1] and list(traces) == sorted(traces, key=lambda k: traces[k].order)
+    assert sorted(t.order for t in traces.values()) == [0, 1]
+    assert list(traces) == sorted(traces, key=lambda k: traces[k].order)
     assert "Recorder/after_loss" in traces and "Recorder" not in traces and len(traces) == 2 and traces == dict(traces)
     assert not hasattr(traces, "__setitem__") and Engine(state).run_event(Event.BATCH_END) == {}
     with pytest.raises(TypeError):
@@ -521,7 +523,7 @@ def test_an_in_place_edit_of_the_lists_holds_from_the_next_event(state, edit, ki
     of editing ``state.algorithms`` or ``state.callbacks`` in place counts."""
     log = []
     make = (lambda name: Recorder(name, [Event.BATCH_END], log)) if kind == "algorithms" else (
-        lambda name: type("Logged", (Callback,), {"name": name, "batch_end": lambda self, s, l: log.append(
+        lambda name: type("Logged", (Callback,), {"name": name, "batch_end": lambda self, s, logger: log.append(
             self.name)})())
     setattr(state, kind, [make("old")])
     engine = Engine(state)

@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 
 from composer_lab.core import Algorithm, Callback, Engine, Event, Logger, State
 from composer_lab.core.callback import INTERNAL_PREFIX
-from composer_lab.core.watcher import UndeclaredWrite
+from composer_lab.core.changes import UndeclaredWrite
 from composer_lab.core.trace import (EVENT_COLUMNS, EVENT_SCHEMA, INVOCATION_COLUMNS, INVOCATION_SCHEMA,
                                      EventRecord, InvocationRecord)
 
@@ -91,7 +91,7 @@ def test_a_raising_apply_leaves_no_reference_to_the_loss_and_its_graph(state):
     state.loss = None  # (the trainer replaces it at the next step)
     gc.collect()
     assert loss() is None, "the engine (or the traceback it left) still holds the loss"
-    assert raised.value is not None and engine._watcher is not None  # the watcher is given back
+    assert raised.value is not None and engine.observer._calls == []  # the observer holds no call
 
 
 class ReadsTheStep(Algorithm):

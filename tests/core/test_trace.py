@@ -186,7 +186,8 @@ def test_an_algorithm_not_listening_at_an_event_is_not_recorded_as_said_no(state
     """Only algorithms asked ``match`` appear with matched=False (issue 32)."""
     state.algorithms = [Smooth(), Recorder("r", [Event.INIT], [])]
     inv = run(state, [Event.BEFORE_LOSS, Event.INIT]).invocations
-    assert list(zip(inv.seq, inv.name, inv.matched)) == [(0, "Smooth", True), (1, "Recorder", True), (1, "Smooth", False)]
+    expected = [(0, "Smooth", True), (1, "Recorder", True), (1, "Smooth", False)]
+    assert list(zip(inv.seq, inv.name, inv.matched)) == expected
 
 
 def test_level_ran_and_off(state):
@@ -313,10 +314,9 @@ def test_records_are_named(state):
     state.algorithms = [Smooth()]
     engine = Engine(state)
     engine.run_event(Event.BEFORE_LOSS)
-    (event,) = map(EventRecord._make, engine.trace.event_rows)  # the rows in memory, read by name
-    (call,) = map(InvocationRecord._make, engine.trace.invocation_rows)
+    (event,) = engine.trace.event_rows  # the records in memory, as the engine built them: by name
+    (call,) = engine.trace.invocation_rows
     assert isinstance(event, EventRecord) and isinstance(call, InvocationRecord)
-    assert type(engine.trace.event_rows[0]) is tuple  # stored plain: the garbage collector untracks them
     assert (event.event, call.name, call.exit_code, call.changed) == ("before_loss", "Smooth", 7, ("batch",))
 
 

@@ -291,16 +291,6 @@ def test_a_spill_inside_a_nested_event_reads_as_the_run_held_in_memory(nested_wh
         _same_rows(chunked, nested_whole, **question)
 
 
-@pytest.mark.parametrize("chunk_rows", [4, 7])
-def test_each_chunk_holds_whole_events(chunk_rows):
-    """The calls of an event go to the chunk of its row, also when a nested event filled the chunk
-    before the event finished (a spill writes its events' chunk, then their calls' if any)."""
-    store = run(NESTED_STEPS, chunk_rows=chunk_rows, nest=True)._store
-    seqs = [set(pd.read_parquet(store.folder / chunk["file"], columns=["seq"]).seq) for chunk in store.chunks]
-    spills = [(seqs[i - 1], calls) for i, calls in enumerate(seqs) if store.chunks[i]["table"] == "invocations"]
-    assert spills and all(calls <= events for events, calls in spills)
-
-
 def _failed_run(chunk_rows: int) -> Trace:
     """The trace of a nested run whose Nest raises at batch 6, after its nested events."""
     seen = []

@@ -116,3 +116,29 @@ def with_passes(passes: list, algorithms: list, seed: int) -> Trainer:
     trainer = make_trainer(algorithms, seed)
     trainer.engine.passes = passes
     return trainer
+
+
+def from_file(path: str, algorithms: list, seed: int) -> Trainer:
+    """:func:`make_trainer` on the images saved in the file ``path`` (``torch.save`` of x, y): data
+    that may be rewritten on disk while the factory's code and values stay as they were."""
+    seed_all(seed)
+    x, y = torch.load(path)
+    train = DataLoader(TensorDataset(x, y), batch_size=8, shuffle=True)
+    return Trainer(SmallCNN(in_channels=1, num_classes=4, width=4), train, "2ba", loss_fn=F.cross_entropy,
+                   eval_dataloader=DataLoader(images(16, seed=1), batch_size=16), eval_interval="2ba",
+                   algorithms=algorithms, seed=seed, progress_bar=False)
+
+
+class Stream(torch.utils.data.IterableDataset):
+    """Images as a stream: a data set that cannot be read by index."""
+
+    def __iter__(self):
+        return iter(images(16))
+
+
+def streaming(algorithms: list, seed: int) -> Trainer:
+    """:func:`make_trainer` whose training data is a :class:`Stream`."""
+    seed_all(seed)
+    return Trainer(SmallCNN(in_channels=1, num_classes=4, width=4), DataLoader(Stream(), batch_size=8), "2ba",
+                   loss_fn=F.cross_entropy, eval_dataloader=DataLoader(images(16, seed=1), batch_size=16),
+                   eval_interval="2ba", algorithms=algorithms, seed=seed, progress_bar=False)

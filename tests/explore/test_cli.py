@@ -76,7 +76,7 @@ def test_a_warning_repeated_by_every_run_is_shown_once(monkeypatch, recwarn):
     import os
     import warnings
 
-    from composer_lab.cli import _once_per_sweep_warnings
+    from composer_lab.cli.sweep import _once_per_sweep_warnings
 
     monkeypatch.delenv("PYTHONWARNINGS", raising=False)
     shown = []

@@ -19,6 +19,7 @@ from composer_lab.algorithms import CutOut, MixUp
 from composer_lab.cli import SweepExperiment
 from composer_lab.explore import InlineExecutor, Sweep
 from composer_lab.explore.identity import differences, experiment_identity, is_user_code
+from composer_lab.explore.results import SweepFolderTaken
 from tests.explore import factories
 
 CELL = """
@@ -79,9 +80,14 @@ def test_an_algorithm_whose_code_changed_is_refused_though_its_repr_is_the_same(
     after = notebook_cell(CELL.replace("inputs + self.std", "inputs - self.std"))
     assert repr(after["GaussianNoise"]()) == repr(before["GaussianNoise"]())
     with pytest.raises(ValueError, match=r"holds results of another experiment: GaussianNoise.apply: source "
-                                         r"changed. Results of different experiments are not mixed: choose a new "
-                                         r"folder, or pass resume=False"):
+                                         r"changed \(the lines below\)\. Results of different experiments are not "
+                                         r"mixed: choose a new folder, or pass resume=False") as refused:
         sweep(after, tmp_path)
+    diff = str(refused.value).split("start over\n", 1)[1].splitlines()
+    assert diff[:2] == ["--- GaussianNoise.apply (the folder's runs)", "+++ GaussianNoise.apply (now)"]
+    assert [line for line in diff if line[:1] in "-+" and line[:3] not in ("---", "+++")] == [
+        "-    state.batch_set_item(0, inputs + self.std * torch.randn_like(inputs))",
+        "+    state.batch_set_item(0, inputs - self.std * torch.randn_like(inputs))"]
     sweep(before, tmp_path)  # the same experiment: resumed
     sweep(notebook_cell(CELL.replace("def duration():", "def duration():  # the length")), tmp_path)  # a comment
 
@@ -104,8 +110,12 @@ def test_closure_variables_and_factory_fields_are_part_of_the_experiment(tmp_pat
     with pytest.raises(ValueError, match=r"factory.<locals>.make closure batches: '6ba' -> '4ba'"):
         Sweep(factory("4ba"), [CutOut(), MixUp()], folder=tmp_path / "closure")
     Sweep(SweepExperiment(epochs=3), [CutOut(), MixUp()], folder=tmp_path / "cli")
-    with pytest.raises(ValueError, match=r"another experiment: SweepExperiment.epochs: 3 -> 12\. Results"):
+    with pytest.raises(SweepFolderTaken, match=r"another experiment: SweepExperiment.epochs: 3 -> 12\. Results") \
+            as taken:
         Sweep(SweepExperiment(epochs=12), [CutOut(), MixUp()], folder=tmp_path / "cli")
+    worded = taken.value.worded("add --restart", {"SweepExperiment.epochs": "--epochs"})  # (the command line's terms)
+    assert "another experiment: --epochs: 3 -> 12. Results" in worded and "or add --restart to delete" in worded
+    assert "resume=False" not in worded and "SweepExperiment" not in worded
 
 
 def test_resume_false_starts_over_and_trains_again(tmp_path):

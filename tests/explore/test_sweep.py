@@ -16,7 +16,7 @@ from composer_lab.algorithms import CutOut, LabelSmoothing, MixUp, SelectiveBack
 from composer_lab.core.passes import set_filo_order
 from composer_lab.explore import InlineExecutor, Sweep, orderings
 from composer_lab.explore.results import SweepFolder
-from composer_lab.explore.sweep import SweepOrder, _key
+from composer_lab.explore.sweep_orders import SweepOrder, trial_key
 from composer_lab.explore.stats import seeds_needed
 from tests.explore import factories
 from tests.explore.factories import dropping, failing_while, make_trainer, not_a_trainer, reordering, slow, with_passes
@@ -218,7 +218,7 @@ def test_orders_are_named_by_what_runs_and_keyed_by_positions(tmp_path):
 
 def test_trial_files_cannot_collide():
     # Keyed by the list's positions: the names 'A_B > C' and 'A > B_C' once made one file.
-    assert _key((0, 1, 2), 3) == "o0-1-2__seed3" and _key((0, 1, 2), 3) != _key((0, 2, 1), 3)
+    assert trial_key((0, 1, 2), 3) == "o0-1-2__seed3" and trial_key((0, 1, 2), 3) != trial_key((0, 2, 1), 3)
 
 
 def test_a_question_with_one_order_is_refused_with_why_and_how_to_free_it(tmp_path):

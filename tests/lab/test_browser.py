@@ -113,7 +113,8 @@ def test_unticking_and_moving_a_pass_in_the_browser_changes_the_engine(jupyter, 
 
     with sync_playwright() as p:
         browser, page, kernel = _open_lab(p, jupyter)
-        before = json.loads(kernel("import json; print(json.dumps([type(a).__name__ for a in trainer.state.algorithms]))"))
+        before = json.loads(kernel("import json; "
+                                   "print(json.dumps([type(a).__name__ for a in trainer.state.algorithms]))"))
         assert before == ["SelectiveBackprop", "LabelSmoothing"]
 
         page.click(".cl-algorithm-LabelSmoothing input[type=checkbox]")

@@ -19,7 +19,7 @@ VOLATILE = {"composer_lab.run_id", "run_name"}  # (each run's own id and start t
 
 def content(uri: str, experiment: str) -> dict:
     """What an experiment holds of an exported sweep, run by run: the parent's parameters, and per
-    child (order, seed) its parameters, ranking tags and metric histories (throughput is timing)."""
+    child (order, seed) its parameters, ranking tags and metric histories (throughput and wall time are timing)."""
     runs, client = read_back(uri, experiment)
     parent = runs[runs["tags.composer_lab.trial"] == "sweep"]
     children = runs[runs["tags.composer_lab.trial"] != "sweep"]
@@ -32,7 +32,7 @@ def content(uri: str, experiment: str) -> dict:
             "params": {k: v for k, v in data.params.items() if k not in VOLATILE},
             "tags": {k: v for k, v in data.tags.items() if k.startswith("ranking.")},
             "metrics": {name: [(m.step, m.value) for m in client.get_metric_history(run_id, name)]
-                        for name in data.metrics if not name.startswith("throughput")}}
+                        for name in data.metrics if not name.startswith(("throughput", "wall_time"))}}
     return found
 
 

@@ -1,4 +1,4 @@
-"""TensorBoardLogger and Run.to_tensorboard, read back with tensorboard's EventAccumulator:
+"""TensorBoardLogger and to_tensorboard(run), read back with tensorboard's EventAccumulator:
 every metric row as a scalar at its batch, across fits and failures; a log_dir that cannot be
 written is refused before training."""
 
@@ -10,7 +10,7 @@ pytest.importorskip("tensorboard", reason="the tensorboard extra: pip install 'c
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
 
-from composer_lab.tracking import TensorBoardLogger  # noqa: E402
+from composer_lab.tracking import TensorBoardLogger, to_tensorboard  # noqa: E402
 from composer_lab.trainer.run import Run  # noqa: E402
 from tests.tracking.helpers import FailAt, histories, tiny_trainer  # noqa: E402
 
@@ -68,7 +68,7 @@ def test_a_saved_run_exports_as_the_live_logger_wrote_it(tmp_path):
     trainer = tiny_trainer([TensorBoardLogger(tmp_path / "live")])
     trainer.fit()
     folder = trainer.to_run().save(tmp_path / "run")
-    assert Run.load(folder).to_tensorboard(tmp_path / "after") == str(tmp_path / "after")
+    assert to_tensorboard(Run.load(folder), tmp_path / "after") == str(tmp_path / "after")
     assert scalars(tmp_path / "after") == scalars(tmp_path / "live")
 
 

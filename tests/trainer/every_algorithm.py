@@ -86,19 +86,24 @@ def resnet_blocks() -> nn.Module:
 
 ACTIVE_FROM_THE_START = {"selective_backprop": dict(start=0.0, interrupt=0), "random_subset": dict(start=0.0),
                          "layer_freezing": dict(freeze_start=0.0), "progressive_resizing": dict(size_increment=2),
-                         "blurpool": dict(min_channels=1)}
+                         "blurpool": dict(min_channels=1),
+                         "swa": dict(swa_start="0.2dur", swa_end="0.6dur", update_interval="2ba",
+                                     schedule_swa_lr=True, anneal_steps=2),
+                         "seq_length_warmup": dict(duration=0.5, min_seq_length=4, max_seq_length=8, step_size=2)}
 ACTIVE_FROM_THE_START.update({  # the surgeries, with thresholds the small models meet
     "stochastic_depth": dict(target_layer_name="ResNetBasicBlock", stochastic_method="sample", drop_rate=0.5),
     "squeeze_excite": dict(latent_channels=2, min_channels=3),
     "factorize": dict(min_channels=3, latent_channels=2, min_features=4, latent_features=1)})
+LANGUAGE_MODEL_ALGORITHMS = ("alibi", "seq_length_warmup")
+"""The algorithms trained on a language model (NoisyTokens, TinyGPT) rather than on images."""
 
 
 def trainer_for(name: str, num_workers: int = 0, **kwargs):
     """A trainer for the algorithm ``name`` on a problem it applies to: a language model for
-    ALiBi, a transformer for GatedLinearUnits and FusedLayerNorm, a CNN for the others."""
+    ALiBi and SeqLengthWarmup, a transformer for GatedLinearUnits and FusedLayerNorm, a CNN for the others."""
     torch.manual_seed(0)
     data, loss_fn = NoisyImages(), nn.functional.cross_entropy
-    if name == "alibi":
+    if name in LANGUAGE_MODEL_ALGORITHMS:
         data, loss_fn = NoisyTokens(), language_model_loss
         model = TinyGPT(vocab_size=16, max_sequence_length=8, d_model=8, n_layers=1, n_heads=2, dropout=0.1)
     elif name in ("gated_linear_units", "fused_layernorm"):

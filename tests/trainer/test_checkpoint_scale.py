@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from composer_lab import Callback, Trace
-from composer_lab.chunks import table_from_bytes
+from composer_lab.core.trace.storage import table_from_bytes
 from composer_lab.trainer import checkpoint as checkpoint_module
 from composer_lab.trainer import CheckpointError, load_checkpoint
 

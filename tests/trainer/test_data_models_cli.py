@@ -168,7 +168,7 @@ def test_cli_refuses_to_overwrite_another_run(tmp_path, capsys):
             "--algorithms", "none", "--name", "same"]
     assert main(args) == 0
     (tmp_path / "same" / "config.json").write_text(json.dumps({"format": "composer_lab.run/1", "name": "other"}))
-    assert main(args) == 2 and "overwrite=True" in capsys.readouterr().err
+    assert main(args) == 2 and "another --name, or pass --overwrite" in capsys.readouterr().err
     assert main([*args, "--overwrite"]) == 0
 
 

@@ -13,7 +13,7 @@ from composer_lab.algorithms import ALGORITHMS
 from composer_lab.trainer.checkpoint import CheckpointSaver
 from composer_lab.trainer.progress import ProgressBar
 
-from tests.trainer.every_algorithm import NoisyImages, NoisyTokens, trainer_for
+from tests.trainer.every_algorithm import LANGUAGE_MODEL_ALGORITHMS, NoisyImages, NoisyTokens, trainer_for
 from tests.trainer.helpers import make_trainer
 
 
@@ -54,7 +54,8 @@ def lies(changed: dict, declared: dict) -> dict:
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))
 def test_each_library_algorithm_and_the_trainers_callbacks_change_only_what_they_declare(name, monkeypatch,
                                                                                          tmp_path):
-    eval_data = torch.utils.data.DataLoader(NoisyTokens(16) if name == "alibi" else NoisyImages(16), batch_size=8)
+    eval_set = NoisyTokens(16) if name in LANGUAGE_MODEL_ALGORITHMS else NoisyImages(16)
+    eval_data = torch.utils.data.DataLoader(eval_set, batch_size=8)
     changed, declared = undeclared_changes(monkeypatch, lambda: trainer_for(
         name, progress_bar=True, save_folder=str(tmp_path), save_interval="1ba", eval_dataloader=eval_data))
     assert {ProgressBar.__name__, CheckpointSaver.__name__} <= {name for name, _ in changed}

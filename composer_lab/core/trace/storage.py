@@ -23,20 +23,18 @@ import weakref
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence, Union
 
-import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-__all__ = ["ChunkStore", "Bounds", "to_table", "where", "table_to_bytes", "table_from_bytes", "explode", "to_json",
-           "absent", "columns", "temporary_folder"]
+__all__ = ["ChunkStore", "Bounds", "to_table", "where", "table_to_bytes", "table_from_bytes", "to_json", "columns",
+           "temporary_folder"]
 
 Bounds = Optional[tuple[Any, Any]]
 """A half-open range ``(lo, hi)`` of a column's values (either end None: open), or None: any."""
 
-_TYPES = {"int64": pa.int64(), "Int64": pa.int64(), "float64": pa.float64(), "string": pa.string(),
+_TYPES = {"int64": pa.int64(), "Int64": pa.int64(), "float64": pa.float64(), "bool": pa.bool_(), "string": pa.string(),
           "category": pa.string(), "object": pa.string(), "strings": pa.list_(pa.string())}
 """Column types by name: pandas dtype names (nullable or categorical as their values), and
 'strings', a list of strings."""
@@ -126,7 +124,7 @@ class ChunkStore:
                 bounds = {key: pc.min_max(rows[key]).as_py() for key in self.keys[table]}
                 self.chunks.append({"table": table, "file": file, "rows": rows.num_rows,
                                     "min": {k: b["min"] for k, b in bounds.items()},
-                                    "max": {k: b["max"] for k, b in bounds.items()}})
+                                    "max": {k: b["max"] for k, b in bounds.items()}, "true": _trues(rows)})
 
     def read(self, table: str, types: Mapping[str, str], ranges: Mapping[str, Bounds] = {},
              among: Mapping[str, Optional[Sequence[Any]]] = {}, columns: Optional[list[str]] = None,
@@ -184,9 +182,15 @@ class ChunkStore:
         return {name: pa.concat_tables([rows[name] for rows in (self.tail, tail) if name in rows])
                 for name in {**self.tail, **tail}}
 
-    def rows(self, table: str) -> int:
-        """How many rows of ``table`` the chunks hold (the :attr:`tail` not counted)."""
-        return sum(c["rows"] for c in self.chunks if c["table"] == table)
+    def rows(self, table: str, true_in: Optional[str] = None) -> int:
+        """How many rows of ``table`` the chunks hold (the :attr:`tail` not counted); with
+        ``true_in``, a bool column, those where it holds True."""
+        return sum(c["rows"] if true_in is None else c["true"][true_in] for c in self.chunks if c["table"] == table)
+
+    def tail_rows(self, table: str, true_in: Optional[str] = None) -> int:
+        """As :meth:`rows`, of the :attr:`tail`."""
+        rows = self.tail.get(table)
+        return 0 if rows is None else rows.num_rows if true_in is None else _trues(rows)[true_in]
 
     def into_memory(self, types: Mapping[str, Mapping[str, str]]) -> None:
         """Read every chunk of the tables in ``types`` (name to column types) into :attr:`tail`:
@@ -200,6 +204,12 @@ class ChunkStore:
         store = cls(saved["folder"], keys, saved["chunks"])
         store.tail = {name: table_from_bytes(data) for name, data in saved["tail"].items()}
         return store
+
+
+def _trues(rows: pa.Table) -> dict[str, int]:
+    """How many rows hold True in each bool column of ``rows``."""
+    return {field.name: int(pc.sum(rows[field.name]).as_py() or 0) for field in rows.schema
+            if field.type == pa.bool_()}
 
 
 def _selected(rows: pa.Table, expr: Optional[ds.Expression], columns: Optional[list[str]]) -> pa.Table:
@@ -225,46 +235,11 @@ def _share(source: Path, target: Path) -> None:
             shutil.copyfile(source, target)
 
 
-def explode(frame: pd.DataFrame, column: str, into: str, position: str,
-            keep: Optional[Sequence[str]] = None) -> pd.DataFrame:
-    """One row per label in ``column`` (labels separated by spaces; null: no row) of each row of
-    ``frame``, the label in ``into`` and its place among them in ``position``; the other
-    columns repeated; only the labels in ``keep`` if given. Splits each distinct value once, so
-    a dictionary-like column is cheap."""
-    frame = frame[frame[column].notna()]
-    codes, values = pd.factorize(frame[column])
-    parts = [frame.iloc[:0].drop(columns=column).assign(**{into: "", position: 0})]
-    for code, value in enumerate(values):
-        labels = value.split(" ")
-        rows = frame.iloc[np.repeat(np.flatnonzero(codes == code), len(labels))].drop(columns=column)
-        times = len(rows) // len(labels)
-        parts.append(rows.assign(**{into: labels * times, position: list(range(len(labels))) * times}))
-    rows = pd.concat(parts, ignore_index=True)
-    return rows if keep is None else rows[rows[into].isin(keep)]
-
-
 def columns(rows: Sequence[tuple], width: int) -> list[list]:
     """The columns of ``rows`` (tuples of ``width`` fields), one list each, built without a tuple
     per row: a long run of new tuples sets off the garbage collector over the whole process
     (10 times slower here)."""
     return [list(map(operator.itemgetter(i), rows)) for i in range(width)]
-
-
-def absent(keys: Sequence[Any], asked: Sequence[Optional[tuple]], present_keys: Sequence[Any],
-           present_labels: Sequence[str]) -> list:
-    """For each row, given by its key and the labels asked about there (None: none), the labels
-    with no ``(key, label)`` among ``present_keys`` / ``present_labels``, space-separated (None:
-    none absent): a compact column that :func:`explode` turns back into rows. Each distinct
-    question is answered once."""
-    asking = {key for key, labels in zip(keys, asked) if labels is not None}
-    if not asking:  # (the usual chunk: every algorithm asked said yes)
-        return [None] * len(keys)
-    found: dict[Any, tuple] = {}
-    for key, label in zip(present_keys, present_labels):
-        if key in asking:
-            found[key] = found.get(key, ()) + (label,)
-    answer = functools.cache(lambda labels, there: " ".join(n for n in labels if n not in there) or None)
-    return [None if labels is None else answer(labels, found.get(key, ())) for key, labels in zip(keys, asked)]
 
 
 def to_json(values: Any) -> list:

@@ -1,0 +1,172 @@
+"""What a run cost: the training loop's time, the samples it trained on and the FLOPs it performed.
+
+A :class:`CostMeter` is a callback a frontier's trials attach to the trainer the factory built.
+It measures each batch from ``before_dataloader`` to ``batch_end`` (loading, the algorithms of
+``after_dataloader`` such as Selective Backprop's scoring pass or progressive resizing, forward,
+backward and the optimizer step), so evaluation, checkpoints and the start-up before the first
+batch are left out.
+
+FLOPs are counted with torch's own counter (``torch.utils.flop_counter.FlopCounterMode``: matrix
+products and convolutions, forward and backward, as they really ran: a smaller backward, smaller
+images and changed layers count as what they are). Counting a batch slows it several times over,
+so not every batch is counted: the work of a batch is fixed by the shapes it trains on and the
+parameters that learn, its *kind*, so the first batch of each kind is counted and stands for the
+others of that kind; beyond those, a batch is counted again now and then while the time spent
+counting stays under :data:`BUDGET` of the loop's. A batch whose kind was never counted (the
+short last batch of an epoch, say) takes the FLOPs of the nearest counted batch, scaled by the
+size of its inputs (examples x features or pixels). ``flops_counted`` says how many batches were counted.
+
+Time is taken honestly for a shared machine: the first batch (imports, the allocator and kernels
+warming up) and the counted batches (slowed by the counter) take the median time of the other
+batches of their kind (:data:`TIMING`). Wall time on a shared CPU is still noisy: FLOPs and
+samples are the machine-independent costs.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any, Hashable, Optional
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from composer_lab.core.callback import Callback
+
+__all__ = ["CostMeter", "TIMING", "BUDGET"]
+
+BUDGET = 0.05
+"""The share of the loop's time that counting FLOPs again (beyond each kind's first batch) may take."""
+TIMING = ("training loop time: each batch from before_dataloader to batch_end (evaluation, checkpoints and start-up "
+          "left out); the first batch (warm-up) and the batches whose FLOPs were counted take the median time of "
+          "the other batches of their kind")
+
+
+class CostMeter(Callback):
+    """Times every batch of a fit and counts the FLOPs of some (see the module's docstring);
+    :meth:`row` gives the run's costs. ``every=1`` counts every batch (exact, slow)."""
+
+    _internal = True
+
+    def __init__(self, every: Optional[int] = None) -> None:
+        self.every = every
+        self.seconds: list[float] = []
+        self.kinds: list[Hashable] = []
+        self.sizes: list[int] = []
+        self.counted: dict[int, int] = {}  # batch index -> FLOPs
+        self._start = 0.0
+        self._counter: Optional[FlopCounterMode] = None
+        self._spent = 0.0  # seconds the counted batches took beyond their kind's median
+
+    @classmethod
+    def attach(cls, trainer: Any, every: Optional[int] = None) -> "CostMeter":
+        """A meter listening to ``trainer``'s loop."""
+        meter = cls(every)
+        trainer.state.callbacks.append(meter)
+        return meter
+
+    def before_dataloader(self, state: Any, logger: Any) -> None:
+        if self._due(len(self.seconds)):
+            self._counter = FlopCounterMode(display=False)
+            self._counter.__enter__()
+        self._start = time.perf_counter()
+
+    def batch_end(self, state: Any, logger: Any) -> None:
+        seconds = time.perf_counter() - self._start
+        index = len(self.seconds)
+        self.seconds.append(seconds)
+        self.kinds.append(_kind(state))
+        self.sizes.append(_size(state.batch))
+        if self._counter is not None:
+            self.stop_counting()
+            plain = self._plain_median(self.kinds[-1])
+            if index > 0 and plain is not None:
+                self._spent += max(0.0, seconds - plain)
+
+    def stop_counting(self) -> None:
+        """Close a counter left open (the fit failed mid-batch: later runs in this process must
+        not run under it)."""
+        if self._counter is not None:
+            counter, self._counter = self._counter, None
+            counter.__exit__(None, None, None)
+            if len(self.seconds) > len(self.counted):
+                self.counted[len(self.seconds) - 1] = int(counter.get_total_flops())
+
+    def fit_end(self, state: Any, logger: Any) -> None:
+        self.stop_counting()
+
+    def _due(self, index: int) -> bool:
+        """Whether to count batch ``index``: always with ``every``=1 or at its multiples; else the
+        first batch, the one after a batch of a kind not counted yet, and one more whenever the
+        time spent counting stays within the budget."""
+        if self.every is not None:
+            return index % self.every == 0
+        if index == 0 or self.kinds[-1] not in {self.kinds[i] for i in self.counted}:
+            return True
+        loop = sum(self.seconds[1:])
+        cost = self._spent / max(1, len(self.counted) - 1) if len(self.counted) > 1 else sum(self.seconds[:1])
+        return self._spent + cost <= BUDGET * loop
+
+    def _plain_median(self, kind: Hashable) -> Optional[float]:
+        """The median time of the batches of ``kind`` neither first nor counted (any kind when
+        none of this kind)."""
+        plain = [i for i in range(1, len(self.seconds)) if i not in self.counted]
+        same = [self.seconds[i] for i in plain if self.kinds[i] == kind]
+        others = [self.seconds[i] for i in plain]
+        return statistics.median(same) if same else statistics.median(others) if others else None
+
+    def time(self) -> float:
+        """The loop's seconds, the first and the counted batches at their kind's median."""
+        return sum(self._plain_median(self.kinds[i]) or self.seconds[i]
+                   if i == 0 or i in self.counted else self.seconds[i] for i in range(len(self.seconds)))
+
+    def flops(self) -> float:
+        """The FLOPs of the run: each counted batch's own count, each other batch its kind's
+        mean count (or the nearest counted batch's, scaled by the size of its inputs); NaN if none was counted."""
+        if not self.counted:
+            return float("nan")
+        by_kind: dict[Hashable, list[int]] = {}
+        for i, flops in self.counted.items():
+            by_kind.setdefault(self.kinds[i], []).append(flops)
+        total = 0.0
+        for i, kind in enumerate(self.kinds):
+            if i in self.counted:
+                total += self.counted[i]
+            elif kind in by_kind:
+                total += statistics.fmean(by_kind[kind])
+            else:
+                near = min(self.counted, key=lambda j: abs(j - i))
+                total += self.counted[near] * self.sizes[i] / max(1, self.sizes[near])
+        return total
+
+    def row(self) -> dict[str, Any]:
+        """The run's costs: ``time`` (s), ``flops``, ``batches``, ``flops_counted`` (batches counted)
+        and ``counting_overhead`` (the counting's time beyond each kind's first batch, a share of
+        the loop's)."""
+        loop = self.time()
+        return {"time": loop, "flops": self.flops(), "batches": len(self.seconds), "flops_counted": len(self.counted),
+                "counting_overhead": self._spent / loop if loop > 0 else 0.0}
+
+
+def _kind(state: Any) -> Hashable:
+    """What fixes a batch's work: the shapes of the batch it trained on and how many parameters learn."""
+    learning = sum(p.numel() for p in state.model.parameters() if p.requires_grad)
+    return _shapes(state.batch), learning
+
+
+def _shapes(batch: Any) -> tuple:
+    if isinstance(batch, torch.Tensor):
+        return tuple(batch.shape)
+    if isinstance(batch, dict):
+        return tuple((key, _shapes(value)) for key, value in sorted(batch.items(), key=lambda item: str(item[0])))
+    if isinstance(batch, (list, tuple)):
+        return tuple(_shapes(item) for item in batch)
+    return ()
+
+
+def _size(batch: Any) -> int:
+    """The size of a batch's inputs: the elements of its first tensor (examples x features or pixels)."""
+    if isinstance(batch, torch.Tensor):
+        return batch.numel()
+    items = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (list, tuple)) else ()
+    return next((_size(item) for item in items if _size(item)), 0)
