@@ -77,9 +77,10 @@ class Fields(NamedTuple):
 
     @classmethod
     def of(cls, state: Any) -> "Fields":
-        signatures = [_data_signature(getattr(state, name)) for name in _STEP_FIELDS]
-        return cls(tuple(getattr(state, name) for name in TRACKED_FIELDS), tuple(s for s, _ in signatures),
-                   tuple(held for _, held in signatures), _learning_rates(state.optimizers))
+        batch, outputs, loss = state.batch, state.outputs, state.loss
+        (b, b_held), (o, o_held), (ls, l_held) = _data_signature(batch), _data_signature(outputs), _data_signature(loss)
+        return cls((batch, outputs, loss, state.model, state.optimizers), (b, o, ls), (b_held, o_held, l_held),
+                   _learning_rates(state.optimizers))
 
     def tensors(self) -> list[tuple[str, torch.Tensor]]:
         """The step's tensors with the field each belongs to."""
