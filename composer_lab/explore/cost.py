@@ -67,7 +67,8 @@ class CostMeter(Callback):
         return meter
 
     def before_dataloader(self, state: Any, logger: Any) -> None:
-        if self._due(len(self.seconds)):
+        # (a counter still open: the last before_dataloader found the epoch's data done; keep it)
+        if self._counter is None and self._due(len(self.seconds)):
             self._counter = FlopCounterMode(display=False)
             self._counter.__enter__()
         self._start = time.perf_counter()
@@ -79,20 +80,21 @@ class CostMeter(Callback):
         self.kinds.append(_kind(state))
         self.sizes.append(_size(state.batch))
         if self._counter is not None:
-            self.stop_counting()
+            self.stop_counting(record=True)
             if index > 0 and self.kinds[-2] != self.kinds[-1] and self.kinds[-2] not in self._counted_kinds():
                 self._missed.add(self.kinds[-2])  # counting the batch after it did not count its kind
             plain = self._plain_median(self.kinds[-1])
             if index > 0 and plain is not None:
                 self._spent += max(0.0, seconds - plain)
 
-    def stop_counting(self) -> None:
-        """Close a counter left open (the fit failed mid-batch: later runs in this process must
-        not run under it)."""
+    def stop_counting(self, record: bool = False) -> None:
+        """Close the counter; with ``record``, its count is the last batch's. Called without, it
+        closes a counter left open (opened for a batch that never came: the run's data was done,
+        or the fit failed mid-batch), so later runs in this process do not run under it."""
         if self._counter is not None:
             counter, self._counter = self._counter, None
             counter.__exit__(None, None, None)
-            if len(self.seconds) > len(self.counted):
+            if record:
                 self.counted[len(self.seconds) - 1] = int(counter.get_total_flops())
 
     def fit_end(self, state: Any, logger: Any) -> None:
