@@ -417,7 +417,7 @@ def test_base_match_answers_from_declared_events(state):
 
 
 # -- callbacks' names (issue 19.7) and lifecycle ----------------------------------------------------
-LIFECYCLE = {"run_event", "state_dict", "load_state_dict", "close", "post_close"}
+LIFECYCLE = {"run_event", "state_dict", "load_state_dict", "close", "post_close", "attach", "fit_failed"}
 
 
 def test_callback_public_names_are_the_events_and_the_lifecycle():
