@@ -128,10 +128,17 @@ class CallWrites(TorchFunctionMode):
 
     def __init__(self, params: frozenset, storages: frozenset, step: list[tuple[str, torch.Tensor]]) -> None:
         super().__init__()
-        self.params, self.storages = params, storages
-        self.step = {id(t): name for name, t in step}
-        self.step_storages = {storage: name for storage, name in ((_storage(t), name) for name, t in step) if storage}
+        self.params, self.storages, self.step = params, storages, step
         self.noted: dict[int, tuple] = {}
+        self._step_fields: Optional[tuple[dict, dict]] = None  # built at the first torch function: most calls make none
+
+    def _step_maps(self) -> tuple[dict, dict]:
+        """The step's tensors by id and by storage, each to its field."""
+        if self._step_fields is None:
+            self._step_fields = ({id(t): name for name, t in self.step},
+                                 {storage: name for storage, name in ((_storage(t), name) for name, t in self.step)
+                                  if storage})
+        return self._step_fields
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
         kwargs = kwargs or {}
@@ -143,7 +150,8 @@ class CallWrites(TorchFunctionMode):
 
     def _note(self, tensor: torch.Tensor) -> None:
         storage = _storage(tensor)
-        fields = {self.step.get(id(tensor)), self.step_storages.get(storage) if storage else None} - {None}
+        by_id, by_storage = self._step_maps()
+        fields = {by_id.get(id(tensor)), by_storage.get(storage) if storage else None} - {None}
         if id(tensor) in self.params or storage in self.storages:
             fields.add("model")
         if fields:

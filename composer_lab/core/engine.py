@@ -104,6 +104,7 @@ class Engine:
                 raise TypeError(f"an algorithm pass is a function (algorithms, event) -> algorithms, got "
                                 f"{type(p).__name__} {p!r}")
         self._passes = list(passes)
+        self._order_only = all(p in ORDER_ONLY_PASSES for p in self._passes)
 
     def register_pass(self, algorithm_pass: AlgorithmPass, index: int = -1) -> None:
         """Add a pass at ``index`` (-1: last)."""
@@ -152,7 +153,7 @@ class Engine:
         """``matched`` through the passes (each result appended to ``steps`` if given): the one way
         both the run and the plan order an event. Passes that only reorder have nothing to do
         with fewer than two algorithms; any other pass may add one, so it always runs."""
-        if steps is None and len(matched) < 2 and all(p in ORDER_ONLY_PASSES for p in self._passes):
+        if steps is None and len(matched) < 2 and self._order_only:
             return matched
         for p in self._passes:
             matched = p(matched, event)
