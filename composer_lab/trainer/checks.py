@@ -95,11 +95,11 @@ def check_distinct(items: list, name: str) -> list:
 
 def _by_name_hint(item: Any) -> str:
     """For an algorithm given by its command-line name, how to make the instance."""
-    from composer_lab.algorithms import ALGORITHMS
+    from composer_lab.algorithms import ALGORITHMS, name_hint
     if isinstance(item, str) and item in ALGORITHMS:
         return (f" (for the name {item!r}: {ALGORITHMS[item].__name__}() from composer_lab.algorithms, or "
                 f"ALGORITHMS[{item!r}]())")
-    return ""
+    return name_hint(item)
 
 
 def check_microbatch_size(size: Any) -> Optional[int]:
