@@ -1,7 +1,7 @@
 """Host syncs per training batch, and the cost of a ``metrics`` read, before and after issue 21.
 
 A host sync is counted on CPU where it would stall a GPU's launch queue
-(:class:`composer_lab.trainer.syncs.SyncCounter`, a ``TorchFunctionMode`` counting ``.item()``,
+(``benchmarks/syncs.py``'s ``SyncCounter``, a ``TorchFunctionMode`` counting ``.item()``,
 ``.tolist()``, ``.cpu()``, ``.numpy()``, ``bool()`` / ``float()`` / ``int()`` / ``index()`` of a
 tensor and ``.nonzero()``) over whole ``fit`` calls of a small MLP,
 one epoch of 200 and of 1000 batches, with the default settings, with Selective Backprop and with
@@ -39,9 +39,9 @@ NEW_ROWS, REPEATS = 100, 7
 
 
 def _this_trees_sync_counter() -> type:
-    """composer_lab.trainer.syncs.SyncCounter of this tree, loaded from its file, so the tree
+    """benchmarks/syncs.py's SyncCounter of this tree, loaded from its file, so the tree
     before the change (which has none) is counted by the same counter."""
-    spec = importlib.util.spec_from_file_location("syncs", ROOT / "composer_lab" / "trainer" / "syncs.py")
+    spec = importlib.util.spec_from_file_location("syncs", ROOT / "benchmarks" / "syncs.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.SyncCounter

@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 
 from composer_lab.core.callback import INTERNAL_PREFIX  # (the trace's label of a Callback._internal)
-from composer_lab.trainer.sources import run_data
+from composer_lab.explore.sources import run_data
 
 __all__ = ["diff_runs", "DIFF_STATUSES", "INTERNAL_PREFIX", "without_internal"]
 

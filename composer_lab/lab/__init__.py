@@ -15,7 +15,7 @@ from composer_lab.lab.plots import (plot_algorithm_events, plot_keep_ratio, plot
                                     plot_timeline)
 from composer_lab.lab.background_run import BackgroundRun
 from composer_lab.lab.run_panel import RunPanel
-from composer_lab.trainer.sources import RunData, run_data
+from composer_lab.explore.sources import RunData, run_data
 from composer_lab.lab.sweep_panel import SweepPanel
 
 __all__ = [

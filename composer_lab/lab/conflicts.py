@@ -16,7 +16,7 @@ import ipywidgets as widgets
 import pandas as pd
 
 from composer_lab.lab.control import Control
-from composer_lab.trainer.sources import run_data
+from composer_lab.explore.sources import run_data
 
 __all__ = ["find_conflicts", "deciding_pass", "ConflictView", "CONFLICT_COLUMNS"]
 

@@ -6,7 +6,7 @@ import time
 from typing import Any, Optional
 
 from composer_lab.lab.plots import LabFigure, draw_notes, draw_selection_bands, figure_png
-from composer_lab.trainer.sources import run_data
+from composer_lab.explore.sources import run_data
 
 __all__ = ["RedrawBudget", "LivePlot"]
 

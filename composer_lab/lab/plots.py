@@ -1,6 +1,6 @@
 """Plots of runs: loss, keep ratio, event timeline, algorithm x event map, run comparison.
 
-Each ``plot_*`` takes what :func:`~composer_lab.trainer.sources.run_data` reads (a Trainer, a
+Each ``plot_*`` takes what :func:`~composer_lab.explore.sources.run_data` reads (a Trainer, a
 Run, a saved run folder, trace or metrics DataFrames) and returns a :class:`LabFigure`, a
 matplotlib Figure built without pyplot (so it works outside Jupyter and from a worker thread)
 that IPython displays as PNG through its own ``_repr_png_`` (:mod:`composer_lab.figures`). The
@@ -24,7 +24,7 @@ from matplotlib.patches import Patch
 from composer_lab.core.event import Event
 from composer_lab.figures import LabFigure, figure_png
 from composer_lab.explore.diff import diff_runs, without_internal
-from composer_lab.trainer.sources import RunData, run_data
+from composer_lab.explore.sources import RunData, run_data
 
 __all__ = ["plot_loss", "plot_keep_ratio", "plot_timeline", "plot_algorithm_events", "plot_runs",
            "draw_loss", "draw_keep_ratio", "draw_notes", "draw_selection_bands", "selection_bands", "figure_png",

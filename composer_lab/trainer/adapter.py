@@ -7,6 +7,7 @@ time (``state.model``), so model surgery that replaces it is seen at the next st
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Callable, Optional
 
 import torch
@@ -14,7 +15,7 @@ import torch
 from composer_lab.trainer.batching import batch_inputs, batch_targets
 from composer_lab.trainer.checks import check_model
 
-__all__ = ["ModelAdapter"]
+__all__ = ["ModelAdapter", "dict_outputs_message"]
 
 
 class ModelAdapter:
@@ -34,4 +35,18 @@ class ModelAdapter:
         """The (mean-reduced) training loss of ``outputs`` on ``batch``."""
         if self.loss_fn is None:
             return model.loss(outputs, batch)
-        return self.loss_fn(outputs, batch_targets(batch))
+        try:
+            return self.loss_fn(outputs, batch_targets(batch))
+        except TypeError:
+            if isinstance(outputs, Mapping):
+                raise TypeError(dict_outputs_message(model, outputs)) from None
+            raise
+
+
+def dict_outputs_message(model: Any, outputs: Mapping) -> str:
+    """Why ``loss_fn`` failed on the dict ``outputs`` of ``model``, and the fixes."""
+    name, keys = type(model).__name__, list(outputs)
+    return (f"the model {name} returned a dict (keys {keys[:6]}) and loss_fn takes a tensor; give {name} a method "
+            f"loss(outputs, batch) and pass loss_fn=None, wrap a Hugging Face model in "
+            f"composer_lab.models.HuggingFaceModel, or return the tensor from forward (e.g. outputs[{keys[0]!r}])"
+            if keys else f"the model {name} returned an empty dict; return the outputs loss_fn takes")

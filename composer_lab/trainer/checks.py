@@ -12,8 +12,8 @@ from composer_lab.core.algorithm import Algorithm
 from composer_lab.core.callback import Callback
 from composer_lab.core.checks import check_positive_int, is_int
 
-__all__ = ["check_callable", "check_model", "check_dataloader", "check_items", "check_microbatch_size",
-           "check_components"]
+__all__ = ["check_callable", "check_model", "check_dataloader", "check_items", "check_distinct",
+           "check_microbatch_size", "check_components"]
 
 
 def check_callable(value: Any, name: str, expected: str) -> Any:
@@ -79,6 +79,20 @@ def check_items(items: Any, cls: type, name: str, expected: str) -> list:
     return items
 
 
+def check_distinct(items: list, name: str) -> list:
+    """``items`` if no object is in it twice: one instance runs once at each event, so the same
+    object listed twice is a mistake (or a wish for two instances)."""
+    first: dict[int, int] = {}
+    for i, item in enumerate(items):
+        if id(item) in first:
+            cls = type(item).__name__
+            raise ValueError(f"{name}[{i}] is the same {cls} object as {name}[{first[id(item)]}]; an instance runs "
+                             f"once at each event: to apply {cls} twice, pass two instances, e.g. "
+                             f"[{cls}(...), {cls}(...)], else list it once")
+        first[id(item)] = i
+    return items
+
+
 def _by_name_hint(item: Any) -> str:
     """For an algorithm given by its command-line name, how to make the instance."""
     from composer_lab.algorithms import ALGORITHMS
@@ -105,7 +119,8 @@ def check_components(train_dataloader: Any, eval_dataloader: Any, algorithms: An
     check_dataloader(train_dataloader, "train_dataloader")
     if eval_dataloader is not None:
         check_dataloader(eval_dataloader, "eval_dataloader")
-    algorithms = check_items(algorithms, Algorithm, "algorithms", "an Algorithm instance, e.g. LabelSmoothing(0.1)")
+    algorithms = check_distinct(check_items(algorithms, Algorithm, "algorithms",
+                                            "an Algorithm instance, e.g. LabelSmoothing(0.1)"), "algorithms")
     callbacks = check_items(callbacks, Callback, "callbacks", "a Callback instance (subclass composer_lab.Callback "
                             "and override e.g. after_loss(state, logger))")
     check_items(optimizers, torch.optim.Optimizer, "optimizers", "a torch.optim.Optimizer over the model's "

@@ -53,18 +53,18 @@ def move_to_device(batch: Any, device: torch.device) -> Any:
     if isinstance(batch, torch.Tensor):
         return batch if batch.device == device else batch.to(device, non_blocking=True)
     if isinstance(batch, (tuple, list)):
-        for value in batch:  # the usual case first, every step: tensors already there, nothing to rebuild
-            if not (isinstance(value, torch.Tensor) and value.device == device):
-                break
-        else:
-            return batch
-        moved = [move_to_device(v, device) for v in batch]
-        if all(m is v for m, v in zip(moved, batch)):
-            return batch
-        return type(batch)(moved)
+        return _move_sequence(batch, device)
     if isinstance(batch, Mapping):
         return {k: move_to_device(v, device) for k, v in batch.items()}
     return batch
+
+
+def _move_sequence(batch: Union[tuple, list], device: torch.device) -> Union[tuple, list]:
+    """A tuple or list batch on ``device``: the same object when nothing in it moved."""
+    moved = [move_to_device(v, device) for v in batch]
+    if all(m is v for m, v in zip(moved, batch)):
+        return batch
+    return type(batch)(moved)
 
 
 def make_grad_scaler(precision: str, device: torch.device) -> Optional[torch.amp.GradScaler]:

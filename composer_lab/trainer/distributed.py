@@ -323,6 +323,18 @@ def gather_traces(trace: Trace, gathered: Optional[RankTraces] = None,
     rank, snapshot = get_rank(), trace.checkpoint()
     if rank == 0 and gathered is None:
         gathered = RankTraces(folder=None if save_folder is None else Path(save_folder) / RANK_TRACES)
+    _gather_chunk_files(snapshot, gathered, rank)
+    snapshots = gather_object({**snapshot, "folder": None} if rank else None)  # (rank 0's own: read where they are)
+    if snapshots is None:
+        return None
+    for r, theirs in enumerate(snapshots):
+        gathered.update(r, theirs or snapshot)
+    return gathered
+
+
+def _gather_chunk_files(snapshot: Mapping[str, Any], gathered: Optional[RankTraces], rank: int) -> None:
+    """Bring to rank 0's ``gathered`` the chunk files of ``snapshot`` (this rank's trace) it lacks, one
+    file per rank per message (ranks with fewer send nothing in the last rounds)."""
     files = gather_object([chunk["file"] for chunk in snapshot["chunks"]])  # on rank 0: every rank's
     lacking = broadcast_object(None if files is None else [[] if r == 0 else gathered.lacks(r, names)
                                                            for r, names in enumerate(files)])
@@ -332,12 +344,6 @@ def gather_traces(trace: Trace, gathered: Optional[RankTraces] = None,
         for r, chunks in enumerate(sent or ()):
             for name, data in chunks:
                 gathered.receive(r, name, data)
-    snapshots = gather_object({**snapshot, "folder": None} if rank else None)  # (rank 0's own: read where they are)
-    if snapshots is None:
-        return None
-    for r, theirs in enumerate(snapshots):
-        gathered.update(r, theirs or snapshot)
-    return gathered
 
 
 def rank_random_state(checkpoint: Mapping[str, Any]) -> Optional[dict[str, Any]]:

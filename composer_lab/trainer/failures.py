@@ -22,8 +22,9 @@ import torch
 from composer_lab.core.logger import _to_host_floats
 from composer_lab.trainer.devices import fresh_grad_scaler
 
-__all__ = ["InterruptGuard", "NonFiniteLossError", "NonFiniteWatch", "NONFINITE_MODES", "raise_nonfinite_loss",
-           "nonfinite_loss_message", "abandon_batch", "note_failure"]
+__all__ = ["FitInterrupted", "interrupt_message", "evaluation_skipped", "InterruptGuard", "NonFiniteLossError",
+           "NonFiniteWatch", "NONFINITE_MODES", "raise_nonfinite_loss", "nonfinite_loss_message", "abandon_batch",
+           "note_failure"]
 
 
 class InterruptGuard:
@@ -67,6 +68,35 @@ class InterruptGuard:
         if self.pending:
             self.pending = False
             raise KeyboardInterrupt
+
+
+class FitInterrupted(KeyboardInterrupt):
+    """A fit stopped by an interrupt (Jupyter's stop button, Ctrl-C), raised in place of the bare
+    KeyboardInterrupt: its message says what stopped, at which batch and how to resume, and a
+    notebook shows that one line instead of a traceback through torch."""
+
+    def _render_traceback_(self) -> list[str]:
+        """What IPython shows in place of the traceback."""
+        return [f"{type(self).__name__}: {self}"]
+
+
+def interrupt_message(event: Any, timestamp: Any, applied: bool, eval_skipped: bool) -> str:
+    """The line of :class:`FitInterrupted`: the ``event`` it came at (an Event or None), whether
+    the batch in flight was ``applied``, and whether the evaluation due was skipped."""
+    at = f"at {event.value} of batch {timestamp.batch}" if event is not None else "before the first event"
+    done = (f"{timestamp.batch} batches trained, the last one completely" if applied else
+            f"batch {timestamp.batch} was not applied (the next fit trains it again)")
+    skipped = (f"; the evaluation due after batch {timestamp.batch} was skipped (trainer.eval() runs it)"
+               if eval_skipped else "")
+    return f"fit interrupted {at}: {done}{skipped}. trainer.fit() resumes from here (details: trainer.trace.notes)"
+
+
+def evaluation_skipped(timestamp: Any, interval: Any, evaluates: bool, evaluated_at: Optional[int]) -> bool:
+    """Whether an evaluation was due once batch ``timestamp.batch`` was applied (every ``interval``,
+    when the trainer ``evaluates``) and did not run: the last one ran after batch ``evaluated_at``."""
+    due = timestamp.batch > 0 and (interval.due_after_batch(timestamp) or (
+        timestamp.batch_in_epoch == 0 and interval.due_after_epoch(timestamp)))
+    return evaluates and due and evaluated_at != timestamp.batch
 
 
 class NonFiniteLossError(FloatingPointError):

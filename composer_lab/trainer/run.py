@@ -39,7 +39,7 @@ class Run:
     Exporters are functions over a run, in :mod:`composer_lab.tracking` (``to_mlflow(run, ...)``,
     ``to_tensorboard(run, ...)``): this layer knows no tracker.
 
-    The lab reads every run through this type (:func:`~composer_lab.trainer.sources.run_data`),
+    The lab reads every run through this type (:func:`~composer_lab.explore.sources.run_data`),
     which also fills in what it knows of the setup: ``algorithms`` (live objects, from a
     trainer) and ``total_batches`` (the run's length)."""
 

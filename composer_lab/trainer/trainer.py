@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import threading
 import time
 import uuid
 from typing import Any, Callable, Optional, Sequence, Union
@@ -17,44 +16,34 @@ from composer_lab.core.checks import check_positive_int
 from composer_lab.core.engine import Engine
 from composer_lab.core.event import Event
 from composer_lab.core.logger import Logger
-from composer_lab.core.state import NO_AUTOCAST, EditCountingList, State
-from composer_lab.core.time import Time, TimeUnit
+from composer_lab.core.state import State
+from composer_lab.core.time import Time
 from composer_lab.core.trace import Trace
 from composer_lab.trainer import distributed
 from composer_lab.trainer.adapter import ModelAdapter
-from composer_lab.trainer.batching import batch_size, split_batch
+from composer_lab.trainer.batching import batch_size
+from composer_lab.trainer.boundary import BatchBoundary
 from composer_lab.trainer.checkpoint import CheckpointSaver, resume, training_payload
+from composer_lab.trainer.clock import WallClock
+from composer_lab.trainer.closure import BatchClosure
 from composer_lab.trainer.checks import check_components, check_dataloader, check_microbatch_size
 from composer_lab.trainer.devices import make_grad_scaler, move_to_device, resolve_device, resolve_precision
-from composer_lab.trainer.duration import duration_change_note, max_duration_after, reached_max_duration
+from composer_lab.trainer.duration import plan_fit, reached_end
 from composer_lab.trainer.feed import BatchFeed
-from composer_lab.trainer.failures import InterruptGuard, NonFiniteWatch, abandon_batch, note_failure
+from composer_lab.trainer.failures import (FitInterrupted, InterruptGuard, NonFiniteWatch, abandon_batch,
+                                          evaluation_skipped, interrupt_message, note_failure)
 from composer_lab.trainer.inference import PREDICT_EVENTS, evaluate, run_inference
 from composer_lab.trainer.interval import Interval
 from composer_lab.trainer.lifecycle import LoopLock, close_at_exit
 from composer_lab.trainer.metrics import EvalMetrics, Throughput
+from composer_lab.trainer.optimizers import DEFAULT_LR, after_init, with_default
 from composer_lab.trainer.progress import ProgressBar
 from composer_lab.trainer.rng import seed_all
 from composer_lab.trainer.run import Run, default_run_name, run_config
-
-# The events of a batch (and the epoch unit) as module names, read at every batch: on Python 3.11 a
-# member read off an Enum class goes through EnumType.__getattr__, about 90 ns each.
-BEFORE_DATALOADER, AFTER_DATALOADER, BATCH_START, BATCH_END, BATCH_CHECKPOINT = (
-    Event.BEFORE_DATALOADER, Event.AFTER_DATALOADER, Event.BATCH_START, Event.BATCH_END, Event.BATCH_CHECKPOINT)
-BEFORE_TRAIN_BATCH, AFTER_TRAIN_BATCH = Event.BEFORE_TRAIN_BATCH, Event.AFTER_TRAIN_BATCH
-BEFORE_FORWARD, AFTER_FORWARD, BEFORE_LOSS, AFTER_LOSS, BEFORE_BACKWARD, AFTER_BACKWARD = (
-    Event.BEFORE_FORWARD, Event.AFTER_FORWARD, Event.BEFORE_LOSS, Event.AFTER_LOSS, Event.BEFORE_BACKWARD,
-    Event.AFTER_BACKWARD)
-EPOCH = TimeUnit.EPOCH
+from composer_lab.trainer.step import THROUGHPUT_EVERY, train_batch, watch_loss
 
 __all__ = ["Trainer", "DEFAULT_LR", "THROUGHPUT_EVERY"]
 
-DEFAULT_LR = 0.05
-"""Learning rate of the default optimizer, SGD with momentum 0.9."""
-THROUGHPUT_EVERY = 50
-"""'throughput/samples_per_sec' is logged every this many batches (host timings) and at epoch ends."""
-
-_NO_GRAPH = Algorithm.backwards_create_graph  # (the base class's property: False)
 
 
 class Trainer:
@@ -66,8 +55,10 @@ class Trainer:
             with ``forward(batch)`` and ``loss(outputs, batch)`` (then ``loss_fn`` is None).
         train_dataloader: yields ``(input, target)`` pairs or dicts with 'input' and 'target'.
         max_duration: how long :meth:`fit` trains, e.g. '3ep', '600ba', '10000sp'.
-        optimizers: default SGD(lr=:data:`DEFAULT_LR`, momentum=0.9), built after INIT so
-            model surgery is seen. schedulers: stepped after every optimizer step.
+        optimizers: default SGD(lr=:data:`DEFAULT_LR`, momentum=0.9); they exist when INIT fires,
+            so an algorithm can wrap or schedule them there. Each steps with the batch as a
+            closure (:mod:`~composer_lab.trainer.closure`). schedulers: ``state.schedulers``,
+            read and stepped after every optimizer step (an algorithm may replace them).
         eval_dataloader, eval_interval: evaluate every '1ep' or 'Nba' during fit.
         algorithm_passes: extra passes for the engine (``f``, ``(f, index)`` or a list).
         device: 'cpu' or 'gpu'; None picks cuda when available. precision: 'fp32',
@@ -126,6 +117,7 @@ class Trainer:
         train_dataloader = self._rank_share(train_dataloader, "train_dataloader", seed)
         run_name = distributed.broadcast_object(run_name or default_run_name())  # one name for every rank
 
+        optimizers, default = with_default(model, optimizers)
         self.state = State(model, max_duration, optimizers=optimizers, schedulers=schedulers,
                            dataloader=train_dataloader, algorithms=algorithms, precision=precision,
                            device=device, seed=seed, run_name=run_name, rank=rank)
@@ -151,20 +143,23 @@ class Trainer:
         self.feed = BatchFeed(self.state)
         self._epoch_started = False  # EPOCH_START has fired for the epoch in progress
         self._batch_seq = 0  # the trace's seq when the batch in flight was taken
-        self._graph_askers: list[Algorithm] = []  # the algorithms that may ask for a backward graph
-        self._askers_generation = -1  # EditCountingList.generation when they were worked out
+        self.state.closure_call = None
+        self.closure = BatchClosure(self.state, self.engine.run_event, self.adapter, self.ddp, self.microbatch_size,
+                                    lambda loss: watch_loss(self, loss))
+        self.clock = WallClock()
+        """Times the batches for ``state.timestamp``'s ``*_wct`` (give it a fake time source in a test)."""
         self._guard = InterruptGuard()
         self._loop_lock = LoopLock()
-        self._boundary_lock = threading.RLock()  # (a change may make another: it runs at once then)
-        self._between_batches: Optional[list[Callable[[], None]]] = None  # a list while a fit runs
+        self._boundary = BatchBoundary(lambda: self.busy)
+        self._stop: Optional[Time] = None  # where fit(duration) stops, when before max_duration
+        self._applied, self._evaluated_at = True, None  # (what the last failure left; the last evaluation's batch)
         self._rank_traces: Optional[distributed.RankTraces] = None
         self._close_at_exit = close_at_exit(self)
 
         self.engine.run_event(Event.INIT)
+        after_init(self.state.optimizers, self.state.model, default)
         self.state.model.to(device)
         self.ddp.wrap(self.state)
-        if not self.state.optimizers:
-            self.state.optimizers = [torch.optim.SGD(self.state.model.parameters(), lr=DEFAULT_LR, momentum=0.9)]
         self.engine.run_event(Event.BEFORE_LOAD)
         if load_path is not None:
             resume(self, load_path)
@@ -221,48 +216,34 @@ class Trainer:
 
     # -- fit ------------------------------------------------------------------------------------
     def fit(self, duration: Union[str, Time, None] = None) -> None:
-        """Train until ``max_duration``; ``duration`` trains that much more (and extends
-        ``max_duration``, noted in the trace), so ``fit`` can be called again to continue.
+        """Train until ``max_duration``; ``duration`` trains that much more, so ``fit`` can be
+        called again to continue: within ``max_duration`` this fit stops there and max_duration
+        stays (schedules in fractions of the run keep their batches); past it, max_duration
+        becomes its end (noted in the trace; a warning names the schedules that move).
+        An interrupt raises :class:`~composer_lab.trainer.failures.FitInterrupted` (a
+        KeyboardInterrupt), one line saying where it stopped and how to resume.
 
         Works from any thread; a trainer runs one loop at a time: a call while a fit, eval,
         predict or close is under way (another thread, the lab's run panel, a callback) raises
         :class:`~composer_lab.trainer.lifecycle.TrainerBusy`, a RuntimeError."""
         state = self.state
         with self._loop_lock.hold("fit", state.run_name, state.timestamp.batch):
-            if duration is not None:
-                longer = max_duration_after(state.timestamp, duration)
-                if longer != state.max_duration:
-                    self.trace.note("duration", duration_change_note(state, longer), state.timestamp)
-                state.max_duration = longer
-            self._between_batches = []
-            try:
+            self._stop = None if duration is None else plan_fit(state, self.trace, duration)
+            with self._boundary.open():
                 self._fit()
-            finally:
-                with self._boundary_lock:  # from here on, a change runs at once
-                    self.apply_changes()
-                    self._between_batches = None
 
     def between_batches(self, change: Callable[[], None]) -> None:
         """Run ``change`` (a change of algorithms or passes) at the next batch boundary, after
         BATCH_END in the thread that trains, when a fit runs in another thread (the lab's run
         panel): a change never lands between two events of one batch (LabelSmoothing's
         BEFORE_LOSS and AFTER_LOSS). Run now otherwise."""
-        with self._boundary_lock:
-            if self._between_batches is not None and self.busy:
-                self._between_batches.append(change)
-                return
-        change()
+        self._boundary.defer(change)
 
     def apply_changes(self) -> None:
         """Run the changes :meth:`between_batches` queued, in the calling thread: the loop does
         after each BATCH_END; a callback that waits at a batch boundary (the run panel's pause)
         calls it while it waits, so changes made meanwhile hold at once."""
-        with self._boundary_lock:
-            changes = list(self._between_batches or ())
-            if self._between_batches:
-                self._between_batches.clear()
-            for change in changes:
-                change()
+        self._boundary.apply()
 
     def _fit(self) -> None:
         """The loop of :meth:`fit`, from FIT_START to FIT_END."""
@@ -271,51 +252,64 @@ class Trainer:
             try:
                 run(Event.FIT_START)
                 self.throughput.mark(state.timestamp.sample)
-                while not reached_max_duration(state.timestamp, state.max_duration):
+                self.clock.start()
+                while not reached_end(state.timestamp, [state.max_duration, self._stop], None):
                     self._train_epoch()
                 self._flush()
                 run(Event.FIT_END)
                 self.gather_traces()
             except BaseException as err:
                 self._after_failure(err)
+                if isinstance(err, KeyboardInterrupt) and not isinstance(err, FitInterrupted):
+                    raise FitInterrupted(self._interrupt_message()) from None
                 raise
 
     def _train_epoch(self) -> None:
         """One epoch, or what is left of it: its batches until the data runs out (or the run
-        ends mid-epoch), then EPOCH_END, the evaluation and checkpoint due."""
-        state, run = self.state, self.engine.run_event
-        if not self._epoch_started and state.timestamp.batch_in_epoch == 0:
+        ends mid-epoch), then the epoch's end."""
+        if not self._epoch_started and self.state.timestamp.batch_in_epoch == 0:
             self.feed.restore_random_state()  # a run resumed at this epoch's start
-            run(Event.EPOCH_START)
+            self.engine.run_event(Event.EPOCH_START)
         self._epoch_started = True
         self.feed.open_epoch()
-        per_epoch = state.dataloader_len
         while True:
-            run(BEFORE_DATALOADER)
+            self.engine.run_event(Event.BEFORE_DATALOADER)
             batch = self.feed.next()
             if batch is None:
                 break
-            self._batch_seq = self.engine.trace.seq
-            state.batch = move_to_device(batch, state.device)
-            run(AFTER_DATALOADER)
-            samples = batch_size(state.batch)
-            run(BATCH_START)
-            self._train_batch(samples)
-            run(BATCH_END)
-            if self._between_batches:
-                self.apply_changes()
-            done, saver = state.timestamp, self.checkpoint_saver
-            if done.batch % self.flush_interval == 0 or (saver is not None and saver.interval.due_after_batch(done)):
-                self._flush()  # every flush_interval batches, and before a checkpoint
-            if self.eval_dataloader is not None and self.eval_interval.due_after_batch(done):
-                self._evaluate(self.eval_dataloader)
-            run(BATCH_CHECKPOINT)
-            # Stop mid-epoch (the next fit continues this epoch) unless the run is counted in epochs
-            # (max_duration read each batch: stop_training changes it) or this epoch's data is done.
-            duration, ts = state.max_duration, state.timestamp
-            if (duration.unit is not EPOCH and (per_epoch is None or ts.batch_in_epoch < per_epoch)
-                    and reached_max_duration(ts, duration)):
+            self._run_batch(batch)
+            if self._stops_mid_epoch():
                 return
+        self._end_epoch()
+
+    def _run_batch(self, batch: Any) -> None:
+        """One batch from AFTER_DATALOADER to BATCH_CHECKPOINT, with the changes queued meanwhile,
+        the flush, the evaluation and the checkpoint due after it."""
+        state, run = self.state, self.engine.run_event
+        self._batch_seq = self.engine.trace.seq
+        state.batch = move_to_device(batch, state.device)
+        run(Event.AFTER_DATALOADER)
+        samples = batch_size(state.batch)
+        run(Event.BATCH_START)
+        train_batch(self, samples)
+        run(Event.BATCH_END)
+        if self._boundary.pending:
+            self._boundary.apply()
+        done, saver = state.timestamp, self.checkpoint_saver
+        if done.batch % self.flush_interval == 0 or (saver is not None and saver.interval.due_after_batch(done)):
+            self._flush()  # every flush_interval batches, and before a checkpoint
+        if self.eval_dataloader is not None and self.eval_interval.due_after_batch(done):
+            self._evaluate(self.eval_dataloader)
+        run(Event.BATCH_CHECKPOINT)
+
+    def _stops_mid_epoch(self) -> bool:
+        """Whether the fit ends before this epoch's data does (the next fit continues the epoch)."""
+        return reached_end(self.state.timestamp, [self.state.max_duration, self._stop], self.state.dataloader_len,
+                           mid_epoch=True)
+
+    def _end_epoch(self) -> None:
+        """The epoch's data ran out: EPOCH_END, the evaluation and checkpoint due."""
+        state = self.state
         self.feed.close_epoch()
         self._epoch_started = False
         if state.timestamp.batch_in_epoch == 0:
@@ -324,102 +318,10 @@ class Trainer:
         self._flush()
         self.throughput.log(self.logger, state.timestamp.sample)
         state.timestamp = state.timestamp.to_next_epoch()
-        run(Event.EPOCH_END)
+        self.engine.run_event(Event.EPOCH_END)
         if self.eval_dataloader is not None and self.eval_interval.due_after_epoch(state.timestamp):
             self._evaluate(self.eval_dataloader)
-        run(Event.EPOCH_CHECKPOINT)
-
-    def _train_batch(self, samples: int) -> None:
-        """Forward, loss and backward per microbatch, then the optimizer step."""
-        state, run = self.state, self.engine.run_event
-        run(BEFORE_TRAIN_BATCH)
-        for optimizer in state.optimizers:
-            optimizer.zero_grad(set_to_none=True)
-        full_batch, size = state.batch, self.microbatch_size
-        microbatches = [full_batch] if size is None or size >= samples else split_batch(full_batch, size)
-        create_graph = self._create_graph()
-        if len(microbatches) == 1:
-            total_loss = self._train_microbatch(0, full_batch, 1.0, True, create_graph)
-        else:
-            total_loss = 0.0  # the batch's loss: the sum of the microbatches', weighted by their share
-            for index, microbatch in enumerate(microbatches):
-                share = batch_size(microbatch) / samples
-                loss = self._train_microbatch(index, microbatch, share, index == len(microbatches) - 1, create_graph)
-                total_loss = total_loss + loss.detach()
-            state.batch = full_batch
-        state.microbatch = None
-        if self.ddp.enabled:  # (one process: no collectives, nor asking torch.distributed for them)
-            total_loss = distributed.mean_over_ranks(total_loss.detach(), samples)  # every rank agrees
-            samples = distributed.sum_over_ranks(samples)
-        logged = self.nonfinite.watch(total_loss.detach(), self.engine.trace, state.timestamp, self._batch_seq)
-        if self.scaler is not None:
-            for optimizer in state.optimizers:
-                self.scaler.unscale_(optimizer)
-        run(AFTER_TRAIN_BATCH)
-        self._apply_step(samples, logged)
-
-    def _create_graph(self) -> bool:
-        """Whether this batch's backward builds a graph (an algorithm's ``backwards_create_graph``).
-        Only an algorithm whose class overrides :attr:`Algorithm.backwards_create_graph` can say so:
-        those are worked out again when :attr:`EditCountingList.generation` moved (the list assigned
-        or edited), and asked every batch (a property may change its answer)."""
-        if self._askers_generation != EditCountingList.generation:
-            generation = EditCountingList.generation  # (read first: an edit meanwhile moves it again)
-            self._graph_askers = [a for a in self.state.algorithms
-                                  if getattr(type(a), "backwards_create_graph", None) is not _NO_GRAPH]
-            self._askers_generation = generation
-        return any([a.backwards_create_graph for a in self._graph_askers]) if self._graph_askers else False
-
-    def _train_microbatch(self, index: int, microbatch: Any, share: float, last: bool,
-                          create_graph: bool) -> torch.Tensor:
-        """Forward, loss and backward of one microbatch, its loss weighted by its ``share`` of
-        the batch (gradients add up to the whole batch's); returns that loss."""
-        state, run, adapter, scaler, ddp = self.state, self.engine.run_event, self.adapter, self.scaler, self.ddp
-        precision = state.precision_context()
-        state.microbatch, state.batch = index, microbatch
-        run(BEFORE_FORWARD)
-        # fp32 on one process (the usual CPU step) enters no context: a nullcontext's enter and exit are Python calls
-        if precision is NO_AUTOCAST and not ddp.enabled:
-            state.outputs = adapter.forward(state.model, state.batch)
-        else:
-            with precision, ddp.training_forward(state, last) as model:  # (under torchrun: DDP's wrapper)
-                state.outputs = adapter.forward(model, state.batch)
-        run(AFTER_FORWARD)
-        run(BEFORE_LOSS)
-        if precision is NO_AUTOCAST:
-            state.loss = adapter.loss(state.model, state.outputs, state.batch)
-        else:
-            with precision:
-                state.loss = adapter.loss(state.model, state.outputs, state.batch)
-        run(AFTER_LOSS)
-        run(BEFORE_BACKWARD)
-        loss = state.loss if share == 1.0 else state.loss * share
-        (scaler.scale(loss) if scaler is not None else loss).backward(create_graph=create_graph)
-        run(AFTER_BACKWARD)
-        return loss
-
-    def _apply_step(self, samples: int, loss: Any) -> None:
-        """Optimizer and scheduler steps, the step's metrics and the timestamp advance: the
-        batch is applied. A stop pressed meanwhile waits until all of it is done."""
-        state, scaler, guard = self.state, self.scaler, self._guard
-        guard.held = True
-        try:
-            for optimizer in state.optimizers:
-                if scaler is not None:
-                    scaler.step(optimizer)
-                else:
-                    optimizer.step()
-            if scaler is not None:
-                scaler.update()
-            for scheduler in state.schedulers:
-                scheduler.step()
-            self.logger.log_train_step(loss, state.optimizers[0].param_groups[0]["lr"])
-            if (state.timestamp.batch + 1) % THROUGHPUT_EVERY == 0:
-                self.throughput.log(self.logger, state.timestamp.sample + samples)
-            state.timestamp = state.timestamp.to_next_batch(samples)
-            self.feed.applied()
-        finally:
-            guard.release()
+        self.engine.run_event(Event.EPOCH_CHECKPOINT)
 
     def _flush(self) -> None:
         """Read the device on the host, once: the logged tensors copied out in bulk, then the
@@ -433,8 +335,15 @@ class Trainer:
         if not applied:
             self.scaler = abandon_batch(self.state, self.scaler)
         note_failure(self.trace, err, self.engine.event, self.state.timestamp, applied)
+        self._applied = applied
         for callback in self.state.callbacks:
             callback.fit_failed(err)
+
+    def _interrupt_message(self) -> str:
+        ts = self.state.timestamp
+        skipped = self._applied and evaluation_skipped(ts, self.eval_interval, self.eval_dataloader is not None,
+                                                       self._evaluated_at)
+        return interrupt_message(self.engine.event, ts, self._applied, skipped)
 
     # -- eval and predict -----------------------------------------------------------------------
     def eval(self, eval_dataloader: Any = None) -> dict[str, float]:
@@ -457,7 +366,9 @@ class Trainer:
     def _evaluate(self, dataloader: Any) -> dict[str, torch.Tensor]:
         """One evaluation (:func:`~composer_lab.trainer.inference.evaluate`), after a read of the device."""
         self._flush()
-        return evaluate(self.engine, self.adapter, dataloader, self.eval_metrics)
+        self._evaluated_at = self.state.timestamp.batch
+        with self.clock.paused():
+            return evaluate(self.engine, self.adapter, dataloader, self.eval_metrics)
 
     def predict(self, dataloader: Any) -> list:
         """The model's outputs (detached, on the device) for each batch of ``dataloader``.
@@ -483,4 +394,5 @@ class Trainer:
         with self._loop_lock.hold("close", self.state.run_name, self.state.timestamp.batch):
             atexit.unregister(self._close_at_exit)
             self.engine.close()
+
 

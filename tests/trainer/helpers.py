@@ -25,6 +25,12 @@ def tiny_model(seed: int = 0, dropout: float = 0.0) -> nn.Module:
     return nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Dropout(dropout), nn.Linear(16, 3))
 
 
+def counts(timestamp) -> dict:
+    """A Timestamp's (or its state_dict's) counts, without its wall-clock times (which differ between runs)."""
+    fields = timestamp if isinstance(timestamp, dict) else timestamp.state_dict()
+    return {name: value for name, value in fields.items() if not name.endswith("_wct")}
+
+
 def make_trainer(**kwargs) -> Trainer:
     """A small CPU trainer; keyword arguments override the defaults."""
     args = dict(model=tiny_model(), train_dataloader=tiny_loader(), max_duration="2ep",

@@ -177,3 +177,36 @@ def test_exception_in_algorithm_propagates_and_is_in_the_trace():
         trainer.fit()
     errors = trainer.trace.invocations["error"].dropna()
     assert errors.str.contains("broken on purpose").any()
+
+
+def test_one_algorithm_instance_listed_twice_is_refused_naming_two_instances():
+    cut = OnEvent(Event.AFTER_DATALOADER)
+    with pytest.raises(ValueError, match=r"algorithms\[1\] is the same OnEvent object as algorithms\[0\].*"
+                                         r"pass two instances"):
+        make_trainer(algorithms=[cut, cut])
+    make_trainer(algorithms=[cut, OnEvent(Event.AFTER_DATALOADER)])  # two instances: accepted
+
+
+class _DictNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = tiny_model()
+
+    def forward(self, x):
+        return {"logits": self.net(x)}
+
+
+def test_a_model_returning_a_dict_to_a_loss_fn_names_the_fixes():
+    trainer = make_trainer(model=_DictNet(), max_duration="1ba")
+    with pytest.raises(TypeError, match=r"_DictNet returned a dict \(keys \['logits'\]\).*loss\(outputs, batch\).*"
+                                        r"HuggingFaceModel.*outputs\['logits'\]") as caught:
+        trainer.fit()
+    assert "must be Tensor" not in str(caught.value)
+
+
+def test_a_loss_fn_that_fails_on_a_tensor_keeps_its_own_error():
+    def broken(outputs, targets):
+        raise TypeError("my own loss is broken")
+
+    with pytest.raises(TypeError, match="my own loss is broken"):
+        make_trainer(loss_fn=broken, max_duration="1ba").fit()

@@ -12,10 +12,10 @@ import torch
 from composer_lab import Callback, Event
 from composer_lab.trainer import NonFiniteLossError, load_checkpoint
 from composer_lab.trainer import checkpoint as checkpoint_module
-from composer_lab.trainer.failures import NonFiniteWatch
-from composer_lab.trainer.syncs import SyncCounter
+from composer_lab.trainer.failures import FitInterrupted, NonFiniteWatch
+from benchmarks.syncs import SyncCounter
 
-from tests.trainer.helpers import OnEvent, make_trainer, tiny_data
+from tests.trainer.helpers import OnEvent, make_trainer, tiny_data, tiny_loader
 
 BATCHES_PER_EPOCH, EPOCHS = 3, 2
 TOTAL = BATCHES_PER_EPOCH * EPOCHS
@@ -339,3 +339,26 @@ def test_checkpoints_of_unknown_origin_are_not_overwritten(tmp_path):
     (tmp_path / "ep0-ba1.pt").write_bytes(b"someone else's")
     with pytest.raises(ValueError, match="another run \\('of unknown origin'\\)"):
         make_trainer(save_folder=tmp_path)
+
+
+def test_an_interrupt_stops_with_one_line_naming_the_batch_and_how_to_resume():
+    trainer = make_trainer(callbacks=[InterruptOnce(Event.AFTER_LOSS, 4)])
+    with pytest.raises(FitInterrupted) as caught:
+        trainer.fit()
+    text = str(caught.value)
+    assert text == ("fit interrupted at after_loss of batch 4: batch 4 was not applied (the next fit trains it "
+                    "again). trainer.fit() resumes from here (details: trainer.trace.notes)")
+    assert caught.value._render_traceback_() == [f"FitInterrupted: {text}"], "one line in a notebook"
+    assert caught.value.__suppress_context__, "not chained to the traceback through torch"
+    assert list(trainer.trace.events["event"])[-1] == "after_loss", "the trace up to the interrupt reads"
+
+
+@pytest.mark.parametrize("event,skipped", [(Event.BATCH_END, True), (Event.BATCH_CHECKPOINT, False)])
+def test_an_interrupt_says_whether_the_evaluation_due_was_skipped(event, skipped):
+    trainer = make_trainer(callbacks=[InterruptOnce(event, 2)], eval_dataloader=tiny_loader(8, 8),
+                           eval_interval="2ba")
+    with pytest.raises(FitInterrupted) as caught:
+        trainer.fit()
+    assert "2 batches trained, the last one completely" in str(caught.value)
+    said = "the evaluation due after batch 2 was skipped (trainer.eval() runs it)" in str(caught.value)
+    assert said is skipped

@@ -135,7 +135,8 @@ def _catching(fn, failures):
 def test_a_longer_duration_is_a_note_naming_the_schedule_that_moves():
     trainer = make_trainer(max_duration="10ba", algorithms=[SelectiveBackprop(start=0.5, end=0.9, scale_factor=1)])
     trainer.fit()
-    trainer.fit("10ba")
+    with pytest.warns(UserWarning, match="SelectiveBackprop"):
+        trainer.fit("10ba")
     notes = trainer.trace.notes
     note = notes[notes["kind"] == "duration"]
     assert list(note["batch"]) == [10]

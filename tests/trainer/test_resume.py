@@ -12,7 +12,7 @@ from composer_lab import Callback
 from composer_lab.algorithms import ALGORITHMS
 
 from tests.trainer.every_algorithm import trainer_for
-from tests.trainer.helpers import make_trainer
+from tests.trainer.helpers import counts, make_trainer
 
 
 def _fit(trainer) -> None:
@@ -41,7 +41,7 @@ def test_resume_mid_epoch_is_exact_when_the_data_draws_lazily(tmp_path, name, ch
     _fit(full)
     resumed = trainer_for(name, num_workers, load_path=tmp_path / checkpoint)
     _fit(resumed)
-    assert resumed.state.timestamp == full.state.timestamp
+    assert counts(resumed.state.timestamp) == counts(full.state.timestamp)
     _assert_same_training(full, resumed)
 
 

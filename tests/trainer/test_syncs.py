@@ -19,7 +19,7 @@ from composer_lab import Callback
 from composer_lab.algorithms import SelectiveBackprop
 from composer_lab.core import logger as logger_module
 from composer_lab.core.logger import Logger
-from composer_lab.trainer.syncs import SyncCounter
+from benchmarks.syncs import SyncCounter
 
 from tests.trainer.helpers import make_trainer, tiny_loader, tiny_model
 

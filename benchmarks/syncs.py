@@ -1,5 +1,6 @@
 """Counting host syncs: the calls that make the host wait for the device (on a GPU they stall the
-launch queue), counted on any device, CPU included, so a test can hold a loop to none per batch."""
+launch queue), counted on any device, CPU included, so a test or a benchmark can hold a loop to
+none per batch (``from benchmarks.syncs import SyncCounter``: the tests run from the repository root)."""
 
 from __future__ import annotations
 

@@ -63,29 +63,41 @@ def run_data(source: Any, name: Optional[str] = None) -> Run:
     dict of frames. ``name`` overrides its name. A run's ``total_batches``, unless a live
     trainer gives it, is read from its config's max_duration, else from its trace."""
     if isinstance(getattr(source, "state", None), State) and isinstance(getattr(source, "trace", None), Trace):
-        state = source.state
-        metrics = source.logger.metrics if isinstance(source, Engine) else source.metrics
-        data = Run(state.run_name, {}, source.trace, metrics, algorithms=list(state.algorithms),
-                   total_batches=total_batches(state))
-        return data if name is None else replace(data, name=name)
+        data = _from_live(source)
+    else:
+        data = _from_record(source, name)
+        if data.total_batches is None:
+            data = replace(data, total_batches=_saved_length(data.config, data.events))
+    return data if name is None else replace(data, name=name)
+
+
+def _from_live(source: Any) -> Run:
+    """The run a live Trainer or Engine is training."""
+    state = source.state
+    metrics = source.logger.metrics if isinstance(source, Engine) else source.metrics
+    return Run(state.run_name, {}, source.trace, metrics, algorithms=list(state.algorithms),
+               total_batches=total_batches(state))
+
+
+def _from_record(source: Any, name: Optional[str]) -> Run:
+    """The run recorded in ``source``: a folder, a Run, a Trace, a DataFrame or a dict of frames."""
     if isinstance(source, (str, os.PathLike)):
-        folder = Path(source)
-        if not folder.is_dir():
-            raise ValueError(f"{folder} is not a folder; give a folder written by Run.save(folder)")
-        data = Run.load(folder)
-    elif isinstance(source, Run):
-        data = source
-    elif isinstance(source, Trace):
-        data = Run("run", {}, source, Logger().metrics)
-    elif isinstance(source, pd.DataFrame):
-        data = _from_frame(source, name or "run")
-    elif isinstance(source, Mapping):
+        return _from_folder(Path(source))
+    if isinstance(source, Run):
+        return source
+    if isinstance(source, Trace):
+        return Run("run", {}, source, Logger().metrics)
+    if isinstance(source, pd.DataFrame):
+        return _from_frame(source, name or "run")
+    if isinstance(source, Mapping):
         unknown = set(source) - set(_FRAMES)
         if unknown:
             raise ValueError(f"unknown frames {sorted(unknown)}; a dict of frames uses the keys {list(_FRAMES)}")
-        data = _from_frames(source)
-    else:
-        raise TypeError(f"cannot read a run from {type(source).__name__}; give {_ACCEPTED}")
-    if data.total_batches is None:
-        data = replace(data, total_batches=_saved_length(data.config, data.events))
-    return data if name is None else replace(data, name=name)
+        return _from_frames(source)
+    raise TypeError(f"cannot read a run from {type(source).__name__}; give {_ACCEPTED}")
+
+
+def _from_folder(folder: Path) -> Run:
+    if not folder.is_dir():
+        raise ValueError(f"{folder} is not a folder; give a folder written by Run.save(folder)")
+    return Run.load(folder)
