@@ -106,8 +106,9 @@ class Walk(NamedTuple):
         return cls(modules, params, (tuple(map(id, modules)), tuple(map(id, params))))
 
     def flags(self) -> tuple:
-        """Every parameter's version and ``requires_grad``."""
-        return tuple((p._version, p.requires_grad) for p in self.params)
+        """Every module's class (surgery may swap it in place) and every parameter's version and
+        ``requires_grad``."""
+        return tuple(map(type, self.modules)), tuple((p._version, p.requires_grad) for p in self.params)
 
 
 def _storage(tensor: torch.Tensor) -> int:
