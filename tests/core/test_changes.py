@@ -274,3 +274,14 @@ def test_a_module_class_swapped_in_place_is_reported_as_model():
     engine = engine_over(nn.Sequential(nn.Linear(4, 2)), [DeclaredTouch(Event.INIT), SwapClass()])
     engine.run_event(Event.INIT)
     assert changed_by(engine) == {"DeclaredTouch": (), "SwapClass": ("model",)}
+
+
+def test_a_module_class_swapped_in_place_inside_a_fit_is_not_seen():
+    """The documented limit (docs/trace.md): inside ``watching()`` a class swap fires no hook and
+    runs no torch function, so it goes unreported."""
+    swap = SwapClass()
+    swap.events = frozenset({Event.AFTER_LOSS})
+    engine = engine_over(nn.Sequential(nn.Linear(4, 2)), [swap])
+    with engine.watching():
+        engine.run_event(Event.AFTER_LOSS)
+    assert changed_by(engine) == {"SwapClass": ()}
