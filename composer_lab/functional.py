@@ -23,6 +23,11 @@ from composer_lab.algorithms.no_op_model import apply_no_op_model
 from composer_lab.algorithms.seq_length_warmup import set_batch_sequence_length
 from composer_lab.algorithms.colout import colout_batch
 from composer_lab.algorithms.augmix import augmix_image
+from composer_lab.algorithms.ghost_batchnorm import apply_ghost_batchnorm
+from composer_lab.algorithms.weight_standardization import apply_weight_standardization
+from composer_lab.algorithms.low_precision_layernorm import apply_low_precision_layernorm
+from composer_lab.algorithms.low_precision_groupnorm import apply_low_precision_groupnorm
+from composer_lab.algorithms.gyro_dropout import apply_gyro_dropout
 
 __all__ = [
     "apply_alibi", "apply_blurpool", "apply_channels_last", "apply_fused_layernorm", "apply_gated_linear_units",
@@ -30,5 +35,7 @@ __all__ = [
     "randaugment", "randaugment_image", "resize_batch", "select_random_subset", "select_using_loss",
     "should_selective_backprop", "smooth_labels",
     "set_batch_sequence_length", "colout_batch", "augmix_image",
+    "apply_ghost_batchnorm", "apply_weight_standardization", "apply_low_precision_layernorm",
+    "apply_low_precision_groupnorm", "apply_gyro_dropout",
 ]
 __all__ += ["apply_stochastic_depth", "apply_squeeze_excite", "apply_factorization", "apply_no_op_model"]

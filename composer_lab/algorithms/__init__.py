@@ -30,6 +30,11 @@ from composer_lab.algorithms.no_op_model import NoOpModel
 from composer_lab.algorithms.seq_length_warmup import SeqLengthWarmup
 from composer_lab.algorithms.colout import ColOut
 from composer_lab.algorithms.augmix import AugMix
+from composer_lab.algorithms.ghost_batchnorm import GhostBatchNorm
+from composer_lab.algorithms.weight_standardization import WeightStandardization
+from composer_lab.algorithms.low_precision_layernorm import LowPrecisionLayerNorm
+from composer_lab.algorithms.low_precision_groupnorm import LowPrecisionGroupNorm
+from composer_lab.algorithms.gyro_dropout import GyroDropout
 
 
 class _Registry(dict):
@@ -75,6 +80,11 @@ ALGORITHMS = _Registry({
     "seq_length_warmup": SeqLengthWarmup,
     "colout": ColOut,
     "augmix": AugMix,
+    "ghost_batchnorm": GhostBatchNorm,
+    "weight_standardization": WeightStandardization,
+    "low_precision_layernorm": LowPrecisionLayerNorm,
+    "low_precision_groupnorm": LowPrecisionGroupNorm,
+    "gyro_dropout": GyroDropout,
 })
 
 __all__ = [cls.__name__ for cls in ALGORITHMS.values()] + ["ALGORITHMS", "name_hint"]

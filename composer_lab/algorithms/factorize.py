@@ -238,24 +238,40 @@ def _check(min_channels: Any, latent_channels: Any, min_features: Any, latent_fe
     check_positive("latent_features", latent_features)
 
 
+def _tied_weights(model: nn.Module) -> set[int]:
+    """The ids of weights that more than one module holds (tied): factorizing would untie them."""
+    seen: dict[int, int] = {}
+    for module in {id(m): m for m in model.modules()}.values():
+        weight = module._parameters.get("weight")
+        if weight is not None:
+            seen[id(weight)] = seen.get(id(weight), 0) + 1
+    return {key for key, count in seen.items() if count > 1}
+
+
 def apply_factorization(model: nn.Module, factorize_convs: bool = True, factorize_linears: bool = True,
                         min_channels: int = 512, latent_channels: Union[int, float] = 0.25, min_features: int = 512,
                         latent_features: Union[int, float] = 0.25,
                         optimizers: Any = None) -> dict[nn.Module, nn.Module]:
     """Replace, in place, each ``Conv2d`` with at least ``min_channels`` input and output channels
     and each ``Linear`` with at least ``min_features`` by its factorized form, where
-    ``latent_channels`` / ``latent_features`` lowers its multiply-adds. Pass the ``optimizers``
+    ``latent_channels`` / ``latent_features`` lowers its multiply-adds; layers sharing a weight
+    (tied) are left alone, as factorizing would untie them. Pass the ``optimizers``
     built on ``model``. One surgery: if any replacement fails, none is made. Returns
     ``{original: factorized}``; :class:`NoEffectWarning` when nothing qualified."""
     _check(min_channels, latent_channels, min_features, latent_features)
+    tied = _tied_weights(model)
 
     def conv_policy(module: nn.Module, index: int) -> Optional[nn.Module]:
+        if id(module.weight) in tied:
+            return None
         if (type(module) is nn.Conv2d and min(module.in_channels, module.out_channels) >= min_channels
                 and factorizing_could_speedup(module, latent_channels)):
             return FactorizedConv2d.from_conv2d(module, index, latent_channels=latent_channels)
         return None
 
     def linear_policy(module: nn.Module, index: int) -> Optional[nn.Module]:
+        if id(module.weight) in tied:
+            return None
         if (type(module) is nn.Linear and min(module.in_features, module.out_features) >= min_features
                 and factorizing_could_speedup(module, latent_features)):
             return FactorizedLinear.from_linear(module, index, latent_features=latent_features)

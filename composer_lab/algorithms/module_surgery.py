@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 __all__ = ["replace_modules", "register_new_parameters", "ReplacementFunction", "replace_module_classes",
-           "count_module_instances", "update_params_in_optimizer"]
+           "count_module_instances", "update_params_in_optimizer", "check_surgery_target"]
 
 
 def replace_modules(model: nn.Module, replacement: Callable[[nn.Module], Optional[nn.Module]]) -> list[str]:
@@ -99,7 +99,7 @@ def replace_module_classes(module: nn.Module, policies: Mapping[type, Replacemen
     All or nothing: if a policy or the optimizer update fails, every replacement is undone
     and the error raised, so the model is never left half-changed.
     """
-    _check_target(module)
+    check_surgery_target(module)
     undo: list[tuple[nn.Module, str, nn.Module]] = []
     try:
         replaced = _replace_all(module, policies, recurse_on_replacements,
@@ -114,7 +114,8 @@ def replace_module_classes(module: nn.Module, policies: Mapping[type, Replacemen
     return replaced
 
 
-def _check_target(module: Any) -> None:
+def check_surgery_target(module: Any) -> None:
+    """TypeError naming the fix unless ``module`` is a plain ``nn.Module`` (not a DDP wrapper)."""
     if isinstance(module, nn.parallel.DistributedDataParallel):
         raise TypeError("model surgery needs the plain module, not its DistributedDataParallel wrapper; "
                         "operate on wrapper.module and wrap it again")

@@ -37,6 +37,9 @@ class SAMOptimizer(torch.optim.Optimizer):
         interval: SAM runs on one step in ``interval`` (the others are plain steps). Default ``1``.
     """
 
+    closure_calls = 2
+    """The calls of the closure a SAM step makes (a step off the ``interval`` makes one)."""
+
     def __init__(self, base_optimizer: torch.optim.Optimizer, rho: float = 0.05, epsilon: float = 1.0e-12,
                  interval: int = 1, **kwargs: Any) -> None:
         if not isinstance(base_optimizer, torch.optim.Optimizer):

@@ -14,7 +14,8 @@ from typing import Any, Optional
 import torch
 from torch import nn
 
-from composer_lab.algorithms.module_surgery import count_module_instances, replace_module_classes
+from composer_lab.algorithms.module_surgery import (check_surgery_target, count_module_instances,
+                                                    replace_module_classes)
 from composer_lab.algorithms.surgery_algorithm import SurgeryAlgorithm
 from composer_lab.algorithms.validation import check_positive
 from composer_lab.algorithms.warnings import NoEffectWarning
@@ -80,6 +81,7 @@ def apply_squeeze_excite(model: nn.Module, latent_channels: float = 64, min_chan
     or already followed by one). Pass the ``optimizers`` built on ``model`` so the new parameters
     join them. Returns ``{conv: SqueezeExciteConv2d}``; :class:`NoEffectWarning` when none qualified."""
     _check(latent_channels, min_channels)
+    check_surgery_target(model)
     wrapped = {id(m.conv) for m in model.modules() if isinstance(m, SqueezeExciteConv2d)}
 
     def policy(module: nn.Module, index: int) -> Optional[nn.Module]:

@@ -13,8 +13,9 @@ DEFAULT_SWEEP_ALGORITHMS = "cutout,mixup,label_smoothing"
 
 DESCRIPTION = ("Train and compare Composer-style algorithm runs: `run` trains a small experiment and writes a run "
                "folder; `sweep` trains every distinct order of some algorithms with several seeds and ranks the "
-               "orders; `lab` opens JupyterLab on a working copy of the bundled notebooks; `check-notebooks` "
-               "validates notebooks as CI validates the bundled ones.")
+               "orders; `frontier` asks whether compositions of algorithms are a speed-up: quality against "
+               "cost beside the baseline's own curve; `lab` opens JupyterLab on a working copy of the bundled "
+               "notebooks; `check-notebooks` validates notebooks as CI validates the bundled ones.")
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -39,6 +40,7 @@ def positive_int(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from composer_lab.cli.frontier import add_frontier_command
     from composer_lab.cli.notebooks import check_notebooks_command, lab_command
     from composer_lab.cli.run import run_command
     from composer_lab.cli.sweep import sweep_command
@@ -49,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_check(commands).set_defaults(handler=check_notebooks_command)
     _add_sweep(commands).set_defaults(handler=sweep_command)
     _add_lab(commands).set_defaults(handler=lab_command)
+    add_frontier_command(commands)
     return parser
 
 

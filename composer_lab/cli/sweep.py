@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import sys
 import time
@@ -60,11 +61,22 @@ def sweep_command(args: argparse.Namespace) -> int:
 
 def _open_sweep(args: argparse.Namespace, experiment: SweepExperiment, algorithms: list, orders: Any,
                 executor: Any, seeds: int) -> Any:
-    """The sweep on ``--folder`` (resumed, or with ``--restart`` started over)."""
-    from composer_lab.explore import Sweep
+    """The sweep on ``--folder`` (resumed, or with ``--restart`` started over); a folder it may not
+    reuse is refused naming the flags: ``--restart``, and each setting that changed."""
+    from composer_lab.explore import Sweep, SweepFolderTaken
 
-    return Sweep(experiment, algorithms, seeds=range(seeds), metric=args.metric, orders=orders, executor=executor,
-                 folder=args.folder or time.strftime("sweeps/sweep-%Y%m%d-%H%M%S"), resume=not args.restart)
+    try:
+        return Sweep(experiment, algorithms, seeds=range(seeds), metric=args.metric, orders=orders,
+                     executor=executor, folder=args.folder or time.strftime("sweeps/sweep-%Y%m%d-%H%M%S"),
+                     resume=not args.restart)
+    except SweepFolderTaken as err:
+        raise ValueError(err.worded("pass --restart", _FLAGS)) from None
+
+
+_FLAGS = {f"SweepExperiment.{field.name}": "--" + field.name.replace("_", "-")
+          for field in dataclasses.fields(SweepExperiment)}
+_FLAGS.update(metric="--metric", algorithms="--algorithms")
+"""The command line's name for each setting a sweep folder's experiment records."""
 
 
 def _train(args: argparse.Namespace, sweep: Any, orders: int, seeds: int) -> Any:

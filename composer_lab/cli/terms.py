@@ -1,5 +1,5 @@
 """Messages in the command line's terms: a library error read at the shell names the flag to
-pass, not the Python argument (``--restart``, not ``resume=False``)."""
+pass, not the Python argument (``--overwrite``, not ``overwrite=True``)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import re
 __all__ = ["in_cli_terms", "reword"]
 
 _PYTHON_TO_FLAG = [
-    (re.compile(r"\bresume=False\b"), "--restart"),
     (re.compile(r"\boverwrite=True\b"), "--overwrite"),
     (re.compile(r"\bTrainer\(run_name=\.\.\.\)"), "--name"),
-    (re.compile(r"\bSweepExperiment\.(\w+)"), lambda found: "--" + found.group(1).replace("_", "-")),
 ]
-"""The Python words the library's messages use, and the flag each stands for here."""
+"""The Python words the library's untyped messages use (``Run.save``'s refusal), and the flag
+each stands for here. A typed refusal is worded by the command itself (a sweep folder:
+:meth:`~composer_lab.explore.SweepFolderTaken.worded`)."""
 
 
 def in_cli_terms(message: str) -> str:

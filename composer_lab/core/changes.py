@@ -78,9 +78,10 @@ class Fields(NamedTuple):
 
     @classmethod
     def of(cls, state: Any) -> "Fields":
-        signatures = [_data_signature(getattr(state, name)) for name in _STEP_FIELDS]
-        return cls(tuple(getattr(state, name) for name in TRACKED_FIELDS), tuple(s for s, _ in signatures),
-                   tuple(held for _, held in signatures), _learning_rates(state.optimizers))
+        batch, outputs, loss = state.batch, state.outputs, state.loss
+        (b, b_held), (o, o_held), (ls, l_held) = _data_signature(batch), _data_signature(outputs), _data_signature(loss)
+        return cls((batch, outputs, loss, state.model, state.optimizers), (b, o, ls), (b_held, o_held, l_held),
+                   _learning_rates(state.optimizers))
 
     def tensors(self) -> list[tuple[str, torch.Tensor]]:
         """The step's tensors with the field each belongs to."""
@@ -131,7 +132,7 @@ class CallWrites(TorchFunctionMode):
         super().__init__()
         self.params, self.storages = params, storages
         self.step = {id(t): name for name, t in step}
-        self.step_storages = {_storage(t): name for name, t in step if _storage(t)}
+        self.step_storages = {storage: name for storage, name in ((_storage(t), name) for name, t in step) if storage}
         self.noted: dict[int, tuple] = {}
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
@@ -233,7 +234,8 @@ class ChangeObserver:
     def after(self, obj: Any) -> tuple[str, ...]:
         """The tracked fields ``obj``'s call replaced or mutated, in the order of ``TRACKED_FIELDS``."""
         call = self._calls.pop()
-        changed = set(call.fields.differing(Fields.of(self.state))) | self._model_changed(call)
+        changed = self._model_changed(call)  # (first: a watched call's mode is left before the state is read)
+        changed.update(call.fields.differing(Fields.of(self.state)))
         fields = tuple(name for name in TRACKED_FIELDS if name in changed)
         undeclared = [name for name in fields if call.declared is not None and name not in call.declared]
         if self.check_writes and undeclared:

@@ -129,6 +129,11 @@ class Engine:
         (then all of them go through the passes: the order they would run in if they all matched)."""
         return list(self.plan_steps(event, algorithms, assume_matched)[-1][1])
 
+    def runs_per_step(self, event: Union[Event, str]) -> int:
+        """How many times ``event`` fires in a training step (per microbatch, for the microbatch
+        events): the closure's calls for an event the optimizer's closure fires (2 under SAM), else 1."""
+        return self.state.closure_calls if Event(event).in_closure else 1
+
     def plan_steps(self, event: Union[Event, str], algorithms: Optional[Sequence[Algorithm]] = None,
                    assume_matched: bool = False) -> list[tuple[str, list[Algorithm]]]:
         """How the order of ``event`` comes about: ``('match', matched)`` then, for each pass,

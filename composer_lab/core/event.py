@@ -125,6 +125,14 @@ class Event(str, Enum):
         """'eval', 'predict' or 'fit': the loop the event belongs to."""
         return _PHASE[self]
 
+    @property
+    def in_closure(self) -> bool:
+        """Whether the optimizer's closure fires this event (``BEFORE_TRAIN_BATCH`` to
+        ``AFTER_TRAIN_BATCH``): it fires once per call of the closure, twice a step under SAM."""
+        return self in _CLOSURE_EVENTS
+
 
 _PHASE = {e: "eval" if e.is_eval else "predict" if e.is_predict else "fit" for e in Event}
+_CLOSURE_EVENTS = frozenset({Event.BEFORE_TRAIN_BATCH, Event.BEFORE_FORWARD, Event.AFTER_FORWARD, Event.BEFORE_LOSS,
+                             Event.AFTER_LOSS, Event.BEFORE_BACKWARD, Event.AFTER_BACKWARD, Event.AFTER_TRAIN_BATCH})
 _OPENING = {e: Event(e.value.replace("after_", "before_", 1)) for e in Event if "after_" in e.value}

@@ -18,7 +18,8 @@ from composer_lab.core.event import Event
 
 __all__ = [
     "AlgorithmPass", "set_filo_order", "set_filo_order_composer", "sort_selective_backprop_first",
-    "sort_fused_layernorm_last", "sort_to_front", "sort_to_back", "warn_if_multiple_loss_interpolation",
+    "sort_fused_layernorm_last", "sort_low_precision_layernorm_last", "sort_to_front", "sort_to_back",
+    "warn_if_multiple_loss_interpolation",
     "warn_if_multiple_mixers", "DEFAULT_PASSES", "COMPOSER_PASSES", "is_filo_reversed", "pass_name",
 ]
 
@@ -100,6 +101,13 @@ def sort_fused_layernorm_last(algorithms: Sequence[Algorithm], event: Event) -> 
     return sort_to_back(algorithms, fusing.__contains__) if fusing else algorithms
 
 
+def sort_low_precision_layernorm_last(algorithms: Sequence[Algorithm], event: Event) -> Sequence[Algorithm]:
+    """LowPrecisionLayerNorm (flag ``lowers_layernorm_precision``) runs after algorithms that add
+    LayerNorms (GatedLinearUnits), so every LayerNorm is converted to the low precision."""
+    lowering = _flagged(algorithms, "lowers_layernorm_precision")
+    return sort_to_back(algorithms, lowering.__contains__) if lowering else algorithms
+
+
 def warn_if_multiple_loss_interpolation(algorithms: Sequence[Algorithm], event: Event) -> Sequence[Algorithm]:
     """Warn when more than one algorithm interpolates the loss (``interpolate_loss=True`` on
     MixUp or CutMix, as in Composer): the loss is then mixed twice."""
@@ -129,6 +137,7 @@ DEFAULT_PASSES: tuple[AlgorithmPass, ...] = (
     set_filo_order,
     sort_selective_backprop_first,
     sort_fused_layernorm_last,
+    sort_low_precision_layernorm_last,
     warn_if_multiple_loss_interpolation,
     warn_if_multiple_mixers,
 )
@@ -137,6 +146,7 @@ DEFAULT_PASSES: tuple[AlgorithmPass, ...] = (
 COMPOSER_PASSES: tuple[AlgorithmPass, ...] = (
     sort_selective_backprop_first,
     sort_fused_layernorm_last,
+    sort_low_precision_layernorm_last,
     set_filo_order_composer,
     warn_if_multiple_loss_interpolation,
 )

@@ -213,6 +213,12 @@ class State:
         except TypeError:
             return None
 
+    @property
+    def closure_calls(self) -> int:
+        """How many times a training step calls the optimizer's closure: 1, or an optimizer's
+        ``closure_calls`` when it states more (a :class:`~composer_lab.algorithms.SAMOptimizer`'s 2)."""
+        return max((getattr(optimizer, "closure_calls", 1) for optimizer in self.optimizers), default=1)
+
     def get_elapsed_duration(self) -> float:
         """The fraction of ``max_duration`` done, in [0, 1]; epochs count their finished
         batches, so the value moves every batch."""

@@ -33,10 +33,12 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from composer_lab.core.callback import Callback
 
-__all__ = ["CostMeter", "TIMING", "BUDGET"]
+__all__ = ["CostMeter", "TIMING", "BUDGET", "CHASES"]
 
 BUDGET = 0.05
 """The share of the loop's time that counting FLOPs again (beyond each kind's first batch) may take."""
+CHASES = 3
+"""How many counts the meter spends trying to meet a kind of batch it has not counted."""
 TIMING = ("training loop time: each batch from before_dataloader to batch_end (evaluation, checkpoints and start-up "
           "left out); the first batch (warm-up) and the batches whose FLOPs were counted take the median time of "
           "the other batches of their kind")
@@ -57,6 +59,8 @@ class CostMeter(Callback):
         self._start = 0.0
         self._counter: Optional[FlopCounterMode] = None
         self._spent = 0.0  # seconds the counted batches took beyond their kind's median
+        self._chased: dict[Hashable, int] = {}  # uncounted kind -> counts spent trying to meet it
+        self._before: dict[Hashable, set] = {}  # kind -> the uncounted kinds that followed it
 
     @classmethod
     def attach(cls, trainer: Any, every: Optional[int] = None) -> "CostMeter":
@@ -66,7 +70,8 @@ class CostMeter(Callback):
         return meter
 
     def before_dataloader(self, state: Any, logger: Any) -> None:
-        if self._due(len(self.seconds)):
+        # (a counter still open: the last before_dataloader found the epoch's data done; keep it)
+        if self._counter is None and self._due(len(self.seconds)):
             self._counter = FlopCounterMode(display=False)
             self._counter.__enter__()
         self._start = time.perf_counter()
@@ -78,18 +83,21 @@ class CostMeter(Callback):
         self.kinds.append(_kind(state))
         self.sizes.append(_size(state.batch))
         if self._counter is not None:
-            self.stop_counting()
+            self.stop_counting(record=True)
             plain = self._plain_median(self.kinds[-1])
             if index > 0 and plain is not None:
                 self._spent += max(0.0, seconds - plain)
+        elif index > 0 and self.kinds[-1] not in self._counted_kinds():
+            self._before.setdefault(self.kinds[-2], set()).add(self.kinds[-1])
 
-    def stop_counting(self) -> None:
-        """Close a counter left open (the fit failed mid-batch: later runs in this process must
-        not run under it)."""
+    def stop_counting(self, record: bool = False) -> None:
+        """Close the counter; with ``record``, its count is the last batch's. Called without, it
+        closes a counter left open (opened for a batch that never came: the run's data was done,
+        or the fit failed mid-batch), so later runs in this process do not run under it."""
         if self._counter is not None:
             counter, self._counter = self._counter, None
             counter.__exit__(None, None, None)
-            if len(self.seconds) > len(self.counted):
+            if record:
                 self.counted[len(self.seconds) - 1] = int(counter.get_total_flops())
 
     def fit_end(self, state: Any, logger: Any) -> None:
@@ -97,15 +105,27 @@ class CostMeter(Callback):
 
     def _due(self, index: int) -> bool:
         """Whether to count batch ``index``: always with ``every``=1 or at its multiples; else the
-        first batch, the one after a batch of a kind not counted yet, and one more whenever the
-        time spent counting stays within the budget."""
+        first batch; the one after a batch of a kind not counted yet, or after a batch of a kind
+        that such a kind followed (kinds that alternate, as Selective Backprop's selective and
+        plain steps), at most :data:`CHASES` times per kind (an epoch's short last batch is then
+        left to the estimate); and one more whenever the time spent counting stays within the budget."""
         if self.every is not None:
             return index % self.every == 0
-        if index == 0 or self.kinds[-1] not in {self.kinds[i] for i in self.counted}:
+        if index == 0:
+            return True
+        counted = self._counted_kinds()
+        wanted = [k for k in (self.kinds[-1], *self._before.get(self.kinds[-1], ())) if k not in counted
+                  and self._chased.get(k, 0) < CHASES]
+        if wanted:
+            for kind in wanted:
+                self._chased[kind] = self._chased.get(kind, 0) + 1
             return True
         loop = sum(self.seconds[1:])
         cost = self._spent / max(1, len(self.counted) - 1) if len(self.counted) > 1 else sum(self.seconds[:1])
         return self._spent + cost <= BUDGET * loop
+
+    def _counted_kinds(self) -> set:
+        return {self.kinds[i] for i in self.counted}
 
     def _plain_median(self, kind: Hashable) -> Optional[float]:
         """The median time of the batches of ``kind`` neither first nor counted (any kind when

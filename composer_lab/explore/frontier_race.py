@@ -99,9 +99,10 @@ class FrontierRace:
         if last is None:
             raise ValueError(f"the race has no verdict yet: every candidate needs {self.min_seeds} seeds at every "
                              f"duration first; race again to go on (finished runs are kept)")
-        rows = [last.iloc[0]] + [decided.get(name, last.set_index("candidate").loc[name].rename(name))
+        latest = last.set_index("candidate", drop=False)
+        rows = [last.iloc[0]] + [decided[name] if name in decided else latest.loc[name]
                                  for name in self.frontier.candidates if name != self.frontier.baseline]
-        table = pd.DataFrame([{**row.to_dict(), "candidate": row.get("candidate", row.name)} for row in rows])
+        table = pd.DataFrame([row.to_dict() for row in rows]).reset_index(drop=True)
         if looked < len(self.frontier.seeds):
             table.loc[table["candidate"].isin(racing), "verdict"] = "racing"
         table.attrs.update(last.attrs, level=self.level, alpha=self.alpha)

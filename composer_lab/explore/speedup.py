@@ -9,10 +9,14 @@ crosses the reference. The cost ratio is that cost over the baseline's own cost 
 read off its curve the same way (its cost at the reference duration, or less where its curve is
 flat before it; below 1: cheaper); the speed-up is its inverse.
 
-The interval is a paired bootstrap over seeds: a seed fixes the initial weights and the data
-order of every candidate's runs, so whole seeds are drawn with replacement, every curve and the
-reference recomputed from the draw; the interval is the percentiles of the cost ratio, expanded
-for few seeds (:func:`expanded_tail`). A curve
+The interval comes from a paired bootstrap over seeds: a seed fixes the initial weights and the
+data order of every candidate's runs, so whole seeds are drawn with replacement, every curve and
+the reference recomputed from the draw. Where every draw crosses the reference between two
+durations, the interval is Student's t (n - 1 degrees of freedom) on the log ratio with the
+draws' standard error (scaled by sqrt(n / (n - 1))): with 3 seeds a percentile interval cannot
+reach past the seeds' own range, so it would call a true ratio of 1 a speed-up or slower in 1 of
+4 experiments. Where some draw only bounds the cost (see below), the interval is the bounds'
+percentiles, expanded for few seeds (:func:`expanded_tail`). A curve
 that reaches the reference already at its shortest duration gives an upper bound (its cost
 there; the lower end of the interval is then 0); one that never reaches it a lower bound (its
 cost at the longest duration; the upper end is infinite). The verdict, with ``tolerance`` the
@@ -148,13 +152,25 @@ def _row(name: str, n: int, low: np.ndarray, high: np.ndarray, reference_cost: f
          tolerance: float, reach: str) -> list:
     """A candidate's row from its ratio bounds (the data first, then the bootstrap draws) and how
     its own curve reached the reference (``reach``)."""
-    tail = expanded_tail(alpha, n)
-    ci_low = float(np.quantile(low[1:], tail, method="inverted_cdf"))
-    ci_high = float(np.quantile(high[1:], 1 - tail, method="inverted_cdf"))
     point = high[0] if math.isfinite(high[0]) else low[0] if low[0] > 0 else math.nan  # (a bound where censored)
+    ci_low, ci_high = _ratio_interval(point, low[1:], high[1:], alpha, n)
     verdict, more = _verdict(point, ci_low, ci_high, n, tolerance)
     return [name, n, point * reference_cost, reach, point, ci_low, ci_high, 1 / point if point > 0 else math.nan,
             verdict, more]
+
+
+def _ratio_interval(point: float, low: np.ndarray, high: np.ndarray, alpha: float, n: int) -> tuple[float, float]:
+    """The ratio's interval: Student's t on the log scale with the bootstrap's standard error where
+    every draw crossed between durations; else (bounds) the expanded percentile interval."""
+    from scipy import stats
+
+    crossed = bool(n >= 2 and np.isfinite(high).all() and (low > 0).all() and (low == high).all() and point > 0)
+    if crossed:
+        half = stats.t.isf(alpha / 2, n - 1) * math.sqrt(n / (n - 1)) * float(np.log(high).std(ddof=1))
+        return math.exp(math.log(point) - half), math.exp(math.log(point) + half)
+    tail = expanded_tail(alpha, n)
+    return (float(np.quantile(low, tail, method="inverted_cdf")),
+            float(np.quantile(high, 1 - tail, method="inverted_cdf")))
 
 
 def expanded_tail(alpha: float, n: int) -> float:

@@ -7,6 +7,7 @@ run folder or trace / metrics DataFrames and return a matplotlib Figure.
 from composer_lab.lab.algorithms_panel import AlgorithmPanel
 from composer_lab.lab.conflicts import ConflictView, find_conflicts
 from composer_lab.lab.control import Control
+from composer_lab.lab.frontier_panel import FrontierPanel
 from composer_lab.explore.diff import diff_runs
 from composer_lab.lab.lab import Lab
 from composer_lab.lab.order_preview import OrderPreview, preview_orders
@@ -22,5 +23,5 @@ __all__ = [
     "Lab", "Control", "AlgorithmPanel", "PassEditor", "OrderPreview", "RunPanel", "BackgroundRun", "ConflictView",
     "find_conflicts", "preview_orders", "diff_runs", "plot_loss", "plot_keep_ratio", "plot_timeline",
     "plot_algorithm_events", "plot_runs", "RunData", "run_data",
-    "SweepPanel",
+    "SweepPanel", "FrontierPanel",
 ]

@@ -138,6 +138,14 @@ def _removed_chip(name: str) -> str:
     return f'<span class="cl-chip cl-removed" style="{style}">{html.escape(name)}</span>'
 
 
+def _event_label(event: str, runs: int) -> str:
+    """The event's name, with how many times a step fires it when the optimizer's closure runs more than once."""
+    if runs == 1:
+        return f"<code>{event}</code>"
+    return (f"<code>{event}</code> <span class='cl-runs' title='fired {runs} times a step: the optimizer calls its "
+            f"closure {runs} times (SAM)'>×{runs}</span>")
+
+
 class OrderPreview(widgets.VBox):
     """Per event, the enabled algorithms in the order they would run; redrawn on every change
     made through the :class:`Control`, with moved (orange), new (green) and vanished
@@ -174,6 +182,7 @@ class OrderPreview(widgets.VBox):
         self.orders = orders
         self.now = {e.value: {names[id(a)] for a in algos}
                     for e, algos in running_next(self.control.engine, planned).items()}
+        self.runs = {e.value: self.control.engine.runs_per_step(e) for e in Event}
         self._draw()
 
     def _draw(self) -> None:
@@ -184,7 +193,8 @@ class OrderPreview(widgets.VBox):
             change = self.changes.get(e, OrderChange())
             chips = "".join(_chip(n, change, n in self.now.get(e, ())) for n in self.orders.get(e, []))
             chips += "".join(_removed_chip(n) for n in change.removed)
-            rows.append(f"<tr><td style='padding-right:8px'><code>{e}</code></td><td>{chips or '-'}</td></tr>")
+            rows.append(f"<tr><td style='padding-right:8px'>{_event_label(e, self.runs.get(e, 1))}</td>"
+                        f"<td>{chips or '-'}</td></tr>")
         body = "".join(rows) or "<tr><td>no enabled algorithm runs at this event</td></tr>"
         self.table.value = (f"<table>{body}</table><small>orange: moved, green: new, struck: gone; "
                             f"dashed: would not run, or not act, at the current batch</small>")

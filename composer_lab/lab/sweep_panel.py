@@ -26,7 +26,7 @@ from composer_lab.explore.sweep import DEFAULT_METRIC
 from composer_lab.lab.background_run import BackgroundRun
 from composer_lab.lab.plots import figure_png
 
-__all__ = ["SweepPanel"]
+__all__ = ["SweepPanel", "SweepWork"]
 
 
 class SweepPanel(widgets.VBox):
@@ -93,7 +93,7 @@ class SweepPanel(widgets.VBox):
                 shutdown()
             raise
         racing = self.race.value
-        work = _SweepWork(self.sweep, self._on_result, shutdown, self.delta.value if racing else None)
+        work = SweepWork(self.sweep, self._on_result, shutdown, self.delta.value if racing else None)
         self.handle = BackgroundRun(work, name="composer_lab-sweep", on_done=self._finished)
         self.progress.max = len(self.sweep.trials())
         self._count()
@@ -148,8 +148,8 @@ class SweepPanel(widgets.VBox):
         self.image.value = figure_png(self.sweep.plot())
 
 
-class _SweepWork:
-    """A sweep (or with a ``delta``, a race) as a :class:`BackgroundRun`'s work: it stops when
+class SweepWork:
+    """A sweep or a frontier (or with a ``delta``, a sweep's race) as a :class:`BackgroundRun`'s work: it stops when
     the handle asks (the runs not yet training are cancelled), and ``shutdown()`` (the local
     pool's) runs however it ends."""
 

@@ -4,7 +4,7 @@ The closure runs the whole batch: BEFORE_TRAIN_BATCH, the gradients zeroed, forw
 backward of each microbatch, AFTER_TRAIN_BATCH; it returns the batch's loss (a tensor: no host
 read). An optimizer may call it more than once in a step (SAM computes the gradient at a second
 point): each call trains the batch again from the batch as the dataloader gave it, and
-``state.closure_call`` says which call is running (0, 1, ...; None outside the closure). It
+``state.closure_call`` says which call is running (0, 1, ...; 0 again after the step). It
 accepts Composer's keyword arguments: ``ddp_sync=False`` keeps the gradients local (no all-reduce
 under DDP), ``loss_dict`` (a dict) receives the loss instead of the batch's logged loss (SAM's
 second call is not logged).

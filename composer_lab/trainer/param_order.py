@@ -25,11 +25,14 @@ def align_param_order(optimizers: list, model: nn.Module, saved: Any) -> None:
         return
     by_name = dict(model.named_parameters())
     for opt, groups in zip(optimizers, saved):
-        if len(groups) != len(opt.param_groups):
-            continue
-        for group, names in zip(opt.param_groups, groups):
-            current = {id(p) for p in group["params"]}
-            wanted = [by_name.get(name) for name in names]
-            complete = all(p is not None for p in wanted) and len(wanted) == len(current)
-            if complete and {id(p) for p in wanted} == current:
-                group["params"] = wanted
+        if len(groups) == len(opt.param_groups):
+            for group, names in zip(opt.param_groups, groups):
+                group["params"] = _reordered(group["params"], names, by_name)
+
+
+def _reordered(params: list, names: list[str], by_name: dict) -> list:
+    """``params`` in the order ``names`` gives, if the names are exactly these parameters; else ``params``."""
+    wanted = [by_name.get(name) for name in names]
+    if len(wanted) != len(params) or any(p is None for p in wanted):
+        return params
+    return wanted if {id(p) for p in wanted} == {id(p) for p in params} else params

@@ -68,19 +68,31 @@ def add_required_algorithms(trainer: Any, entries: list[dict[str, Any]], path: A
     added = [_rebuilt(entry, path) for entry in missing]
     if not added:
         return []
-    later = entries[entries.index(missing[0]) + 1:]
-    applied = [present[e["cls"]] for e in later if e.get("cls") in present and present[e["cls"]].listens(Event.INIT)]
-    if applied:
-        raise _refusal(path, missing[0], f"the run applied it at INIT before {type(applied[0]).__name__}, which this "
-                                         f"trainer already applied, so adding it now would not give the run's model")
+    _check_order(entries, missing[0], present, path)
     for algorithm in added:
         if algorithm.listens(Event.INIT) and algorithm.match(Event.INIT, state):
             algorithm.apply(Event.INIT, state, trainer.logger)
     state.algorithms.extend(added)
     state.model.to(state.device)
     trainer.ddp.wrap(state)
-    for algorithm, entry in zip(added, missing):
-        trainer.trace.note("load", f"added {entry['name']} (required_on_load) from the checkpoint", state.timestamp)
-        warnings.warn(f"the checkpoint {str(path)!r} needs {algorithm!r} (required_on_load), which the trainer "
-                      f"lacked: added it. Pass it in algorithms= to say so yourself", stacklevel=3)
+    _announce(trainer, added, missing, path)
     return added
+
+
+def _check_order(entries: list[dict[str, Any]], first: dict[str, Any], present: dict[str, Algorithm],
+                 path: Any) -> None:
+    """Refuse when the saving run applied ``first`` at INIT before an algorithm the trainer has applied."""
+    later = entries[entries.index(first) + 1:]
+    applied = [present[e["cls"]] for e in later if e.get("cls") in present and present[e["cls"]].listens(Event.INIT)]
+    if applied:
+        raise _refusal(path, first, f"the run applied it at INIT before {type(applied[0]).__name__}, which this "
+                                    f"trainer already applied, so adding it now would not give the run's model")
+
+
+def _announce(trainer: Any, added: list[Algorithm], missing: list[dict[str, Any]], path: Any) -> None:
+    """A trace note and a warning for each algorithm added."""
+    for algorithm, entry in zip(added, missing):
+        trainer.trace.note("load", f"added {entry['name']} (required_on_load) from the checkpoint",
+                           trainer.state.timestamp)
+        warnings.warn(f"the checkpoint {str(path)!r} needs {algorithm!r} (required_on_load), which the trainer "
+                      f"lacked: added it. Pass it in algorithms= to say so yourself", stacklevel=4)

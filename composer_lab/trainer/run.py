@@ -25,7 +25,7 @@ from composer_lab.core.trace import Trace, read_parquet, write_parquet
 from composer_lab.trainer import distributed
 from composer_lab.trainer.rank_traces import RankTraces
 
-__all__ = ["Run", "RUN_FORMAT", "run_config", "default_run_name"]
+__all__ = ["Run", "RUN_FORMAT", "run_config", "default_run_name", "check_run_folder", "RunFolderTaken"]
 
 RUN_FORMAT = "composer_lab.run/1"
 
@@ -159,6 +159,36 @@ def _read_config(folder: Path) -> Any:
     return info if isinstance(info, dict) else {}
 
 
+def check_run_folder(folder: Union[str, os.PathLike], name: str, run_id: Any = None) -> None:
+    """Refuse now what :meth:`Run.save` would refuse at the end: saving run ``name`` (``run_id``;
+    None for a run not made yet, which no folder holds) into ``folder`` without ``overwrite``. A
+    caller checks before any training so that no run is lost to a name clash."""
+    folder = Path(folder)
+    if folder.exists():
+        _refuse_foreign(folder, name, run_id)
+
+
+class RunFolderTaken(ValueError):
+    """A folder :meth:`Run.save` will not write over without ``overwrite``: ``holds`` says what it
+    holds ('other files', "the run 'x'", 'another run of the same name'); :meth:`worded` says the
+    fixes in the caller's terms (the command line: ``--name``, ``--overwrite``)."""
+
+    def __init__(self, folder: Path, name: str, holds: str) -> None:
+        self.folder, self.name, self.holds = folder, name, holds
+        super().__init__(self.worded())
+
+    def worded(self, rename: str = "Trainer(run_name=...)", overwrite: str = "pass overwrite=True") -> str:
+        """The message, with ``rename`` as the way to name the run and ``overwrite`` as the way to write over."""
+        start = f"cannot save run {self.name!r} to {self.folder}: "
+        if self.holds == "other files":
+            return start + f"the folder holds other files; choose an empty or new folder, or {overwrite} to write " \
+                           f"over it"
+        if self.holds == "another run of the same name":
+            return start + (f"it holds another run of the same name; give this run another name ({rename}), or "
+                            f"{overwrite} to replace that run")
+        return start + f"it holds {self.holds}; choose another folder, or {overwrite} to replace that run"
+
+
 def _refuse_foreign(folder: Path, name: str, run_id: Any) -> None:
     if not folder.is_dir():
         raise ValueError(f"cannot save run {name!r} to {folder}: it is a file; choose a folder path")
@@ -166,12 +196,8 @@ def _refuse_foreign(folder: Path, name: str, run_id: Any) -> None:
     if info is None and not any(folder.iterdir()):
         return
     if info is None or info.get("format") != RUN_FORMAT:
-        raise ValueError(f"cannot save run {name!r} to {folder}: the folder holds other files; choose an "
-                         f"empty or new folder, or pass overwrite=True to write over it")
+        raise RunFolderTaken(folder, name, "other files")
     if info.get("name") != name:
-        raise ValueError(f"cannot save run {name!r} to {folder}: it holds the run {info.get('name')!r}; "
-                         f"choose another folder, or pass overwrite=True to replace that run")
+        raise RunFolderTaken(folder, name, f"the run {info.get('name')!r}")
     if info.get("config", {}).get("run_id") != run_id:
-        raise ValueError(f"cannot save run {name!r} to {folder}: it holds another run of the same name; "
-                         f"give this run another name (Trainer(run_name=...)), or pass overwrite=True to "
-                         f"replace that run")
+        raise RunFolderTaken(folder, name, "another run of the same name")

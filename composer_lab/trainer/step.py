@@ -30,7 +30,7 @@ def train_batch(trainer: Any, samples: int) -> None:
     guard.held = True
     try:
         step_optimizers(state.optimizers, closure, scaler)
-        state.closure_call = None
+        state.closure_call = 0
         if scaler is not None:
             scaler.update()
         for scheduler in state.schedulers:  # (read at every step: an algorithm may replace them)
@@ -43,7 +43,7 @@ def train_batch(trainer: Any, samples: int) -> None:
         state.timestamp = state.timestamp.to_next_batch(samples, trainer.clock.lap())
         trainer.feed.applied()
     finally:
-        state.closure_call = None
+        state.closure_call = 0
         guard.release()
 
 

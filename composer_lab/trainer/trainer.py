@@ -143,7 +143,6 @@ class Trainer:
         self.feed = BatchFeed(self.state)
         self._epoch_started = False  # EPOCH_START has fired for the epoch in progress
         self._batch_seq = 0  # the trace's seq when the batch in flight was taken
-        self.state.closure_call = None
         self.closure = BatchClosure(self.state, self.engine.run_event, self.adapter, self.ddp, self.microbatch_size,
                                     lambda loss: watch_loss(self, loss))
         self.clock = WallClock()

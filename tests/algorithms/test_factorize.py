@@ -14,7 +14,7 @@ from composer_lab.algorithms.factorize import (FactorizedConv2d, FactorizedLinea
                                                factorizing_could_speedup)
 from composer_lab.algorithms.warnings import NoEffectWarning
 
-from algo_helpers import make_state
+from algo_helpers import Aliased, Tied, make_state
 from surgery_models import one_thread, wide_cnn  # noqa: F401 (one_thread: an autouse fixture)
 
 
@@ -89,3 +89,14 @@ def test_factorize_matrix_and_conv2d_explain_the_output():
 def test_bad_hyperparameters_are_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
         Factorize(**kwargs)
+
+
+def test_tied_layers_stay_tied_and_aliased_ones_are_factorized_once():
+    tied = Tied(3)
+    replaced = cf.apply_factorization(tied, min_channels=1, latent_channels=2, min_features=3, latent_features=1)
+    assert tied.unembed.weight is tied.project.weight and type(tied.project) is nn.Linear  # left alone: tied
+    assert isinstance(tied.head, FactorizedLinear) and len(replaced) == 2  # the head and the conv
+    aliased = Aliased(3)
+    replaced = cf.apply_factorization(aliased, min_channels=3, latent_channels=2, factorize_linears=False)
+    assert len(replaced) == 2 and isinstance(aliased.stem, FactorizedConv2d) and aliased.stem is aliased.features[0]
+    assert aliased(torch.rand(2, 3, 8, 8)).shape == (2, 3)

@@ -16,11 +16,12 @@ from composer_lab.trainer.checkpoint import load_checkpoint
 from surgery_models import loader, one_thread, tiny_resnet, wide_cnn  # noqa: F401 (one_thread: an autouse fixture)
 
 
-def _trainer(build, algorithms, **kwargs) -> Trainer:
+def _trainer(build, algorithms, user_optimizer: bool = True, **kwargs) -> Trainer:
     torch.manual_seed(0)
     model = build()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9) if user_optimizer else None
     return Trainer(model, loader(), "3ba", loss_fn=F.cross_entropy, algorithms=algorithms, seed=5,
-                   optimizers=torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), progress_bar=False, **kwargs)
+                   optimizers=optimizer, progress_bar=False, **kwargs)
 
 
 CASES = {
@@ -33,15 +34,19 @@ CASES = {
 
 
 @pytest.mark.filterwarnings("ignore:the checkpoint")
+@pytest.mark.parametrize("user_optimizer", [True, False])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_a_checkpoint_adds_the_surgery_it_needs_and_resumes_exactly(tmp_path, case):
+def test_a_checkpoint_adds_the_surgery_it_needs_and_resumes_exactly(tmp_path, case, user_optimizer):
+    """With a user's optimizer (built before the surgery in both runs) and with the trainer's
+    default one (which may be built after INIT's surgery in the saving run and before the added
+    surgery in the resumed one: the same parameters in another order, put back by name)."""
     build, algorithms = CASES[case]
-    full = _trainer(build, algorithms(), save_folder=tmp_path, save_interval="1ba")
+    full = _trainer(build, algorithms(), user_optimizer, save_folder=tmp_path, save_interval="1ba")
     full.fit()
     entries = load_checkpoint(full.checkpoints[0])["algorithms"]
     assert all(entry["required_on_load"] for entry in entries)
     with pytest.warns(UserWarning, match="needs .* \\(required_on_load\\), which the trainer lacked: added it"):
-        resumed = _trainer(build, [], load_path=full.checkpoints[0])
+        resumed = _trainer(build, [], user_optimizer, load_path=full.checkpoints[0])
     assert [type(a) for a in resumed.state.algorithms] == [type(a) for a in full.state.algorithms]
     resumed.fit()
     for (name, a), b in zip(full.state.model.state_dict().items(), resumed.state.model.state_dict().values()):

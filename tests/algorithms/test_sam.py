@@ -144,7 +144,7 @@ def test_the_second_pass_sees_the_batch_the_first_pass_saw():
     def record(state):
         seen.setdefault(state.timestamp.batch, []).append((state.closure_call, state.batch[0].clone()))
 
-    algorithms = [SAM(), SelectiveBackprop(start=0.0, end=1.0, keep=0.5, interrupt=0), MixUp(alpha=0.2),
+    algorithms = [SAM(), SelectiveBackprop(start=0.0, end=1.0, keep=0.5, interrupt=0, scale_factor=1), MixUp(alpha=0.2),
                   LabelSmoothing(0.1), OnEvent(Event.BEFORE_TRAIN_BATCH, record)]
     trainer = make_trainer(algorithms=algorithms, max_duration="2ba", seed=1)
     trainer.fit()
@@ -158,3 +158,20 @@ def test_the_second_pass_sees_the_batch_the_first_pass_saw():
 def test_sam_under_fp16_autocast_is_refused_with_the_fix():
     with pytest.raises(ValueError, match="amp_bf16"):
         SAM().apply(Event.AFTER_LOAD, type("S", (), {"precision": "amp_fp16", "optimizers": []})(), None)
+
+
+def test_the_plan_and_the_order_preview_say_the_closure_events_run_twice_a_step():
+    from composer_lab.lab import Control, OrderPreview
+
+    trainer = make_trainer(algorithms=[SAM(), LabelSmoothing(0.1)], max_duration="2ba")
+    closure_events = {e for e in Event if e.in_closure}
+    assert closure_events == {Event.BEFORE_TRAIN_BATCH, Event.BEFORE_FORWARD, Event.AFTER_FORWARD, Event.BEFORE_LOSS,
+                              Event.AFTER_LOSS, Event.BEFORE_BACKWARD, Event.AFTER_BACKWARD, Event.AFTER_TRAIN_BATCH}
+    assert {e: trainer.engine.runs_per_step(e) for e in (Event.BEFORE_LOSS, Event.BATCH_END)} == {
+        Event.BEFORE_LOSS: 2, Event.BATCH_END: 1}
+    preview = OrderPreview(Control(trainer))
+    row = next(r for r in preview.table.value.split("<tr>") if "<code>before_loss</code>" in r)
+    assert "×2" in row and "LabelSmoothing" in row
+    plain = make_trainer(algorithms=[LabelSmoothing(0.1)], max_duration="2ba")
+    assert plain.engine.runs_per_step(Event.BEFORE_LOSS) == 1
+    assert "×" not in OrderPreview(Control(plain)).table.value

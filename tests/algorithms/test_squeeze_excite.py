@@ -53,6 +53,8 @@ def test_the_algorithm_joins_the_new_parameters_to_the_optimizer_and_logs_the_co
     held = {id(p) for g in state.optimizers[0].param_groups for p in g["params"]}
     assert held == {id(p) for p in model.parameters()}
     assert engine.logger.hyperparameters == {"squeeze_excite/num_squeeze_excite_layers": 2}
+    metrics = engine.logger.metrics.set_index("name").value
+    assert metrics["squeeze_excite/num_squeeze_excite_layers"] == 2  # (a hyperparameter is a metric row too)
 
 
 @pytest.mark.parametrize("kwargs, message", [(dict(latent_channels=0), "latent_channels must be > 0"),

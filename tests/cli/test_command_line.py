@@ -80,6 +80,8 @@ def test_a_stale_sweep_folder_names_the_flags_and_restart_starts_over(tmp_path, 
     assert "holds results of another experiment: --epochs: 3 -> 1." in err
     assert "choose a new folder, or pass --restart to delete its runs and start over" in err
     assert "resume=False" not in err and "SweepExperiment" not in err
+    assert main([*SWEEP, "--epochs", "3", "--metric", "loss/eval", "--folder", str(folder)]) == 2
+    assert "another experiment: --metric: 'metrics/eval/Accuracy' -> 'loss/eval'." in capsys.readouterr().err
 
     trained = []
 
@@ -97,8 +99,6 @@ def test_a_stale_sweep_folder_names_the_flags_and_restart_starts_over(tmp_path, 
 def test_python_arguments_in_library_messages_become_flags():
     assert in_cli_terms("give this run another name (Trainer(run_name=...)), or pass overwrite=True to replace it") \
         == "give this run another name (--name), or pass --overwrite to replace it"
-    assert in_cli_terms("SweepExperiment.batch_size: 64 -> 32; pass resume=False to start over") == \
-        "--batch-size: 64 -> 32; pass --restart to start over"
 
 
 def test_each_result_of_a_sweep_is_printed_to_four_decimals(tmp_path, capsys, monkeypatch):

@@ -111,11 +111,11 @@ def first(algorithms, event):
 
 
 @pytest.mark.parametrize("spec, expected", [
-    (None, 5),
-    (last, 6),
-    ([last], 6),
-    ((last, 0), 6),
-    ([(last, 0), first], 7),
+    (None, 6),
+    (last, 7),
+    ([last], 7),
+    ((last, 0), 7),
+    ([(last, 0), first], 8),
 ])
 def test_algorithm_passes_forms(state, spec, expected):
     engine = Engine(state, algorithm_passes=spec)
@@ -193,6 +193,7 @@ def test_plan_steps_show_each_pass(state):
     assert names == [("match", ["A", "SB", "B"]), ("set_filo_order", ["B", "SB", "A"]),
                      ("sort_selective_backprop_first", ["SB", "B", "A"]),
                      ("sort_fused_layernorm_last", ["SB", "B", "A"]),
+                     ("sort_low_precision_layernorm_last", ["SB", "B", "A"]),
                      ("warn_if_multiple_loss_interpolation", ["SB", "B", "A"]),
                      ("warn_if_multiple_mixers", ["SB", "B", "A"])]
 
@@ -416,7 +417,7 @@ def test_base_match_answers_from_declared_events(state):
 
 
 # -- callbacks' names (issue 19.7) and lifecycle ----------------------------------------------------
-LIFECYCLE = {"run_event", "state_dict", "load_state_dict", "close", "post_close"}
+LIFECYCLE = {"run_event", "state_dict", "load_state_dict", "close", "post_close", "attach", "fit_failed"}
 
 
 def test_callback_public_names_are_the_events_and_the_lifecycle():

@@ -7,7 +7,7 @@ import pytest
 from composer_lab.core import (COMPOSER_PASSES, DEFAULT_PASSES, Engine, Event, set_filo_order,
                                sort_fused_layernorm_last, sort_selective_backprop_first, sort_to_back, sort_to_front,
                                warn_if_multiple_loss_interpolation, warn_if_multiple_mixers)
-from composer_lab.core.passes import is_filo_reversed, set_filo_order_composer
+from composer_lab.core.passes import is_filo_reversed, set_filo_order_composer, sort_low_precision_layernorm_last
 
 from .helpers import FakeFusedLayerNorm, FakeMixUp, FakeSelectiveBackprop, Recorder
 
@@ -83,12 +83,13 @@ def test_multiple_mixers_warns_as_its_own_pass():
 def test_default_pass_order():
     assert [p.__name__ for p in DEFAULT_PASSES] == [
         "set_filo_order", "sort_selective_backprop_first", "sort_fused_layernorm_last",
-        "warn_if_multiple_loss_interpolation", "warn_if_multiple_mixers"]
+        "sort_low_precision_layernorm_last", "warn_if_multiple_loss_interpolation", "warn_if_multiple_mixers"]
 
 
 def test_composer_passes_are_composers_list(state):
     """SB-first, layernorm-last, then FILO with Composer's rule (AFTER_ names only), then the warning."""
-    assert COMPOSER_PASSES == (sort_selective_backprop_first, sort_fused_layernorm_last, set_filo_order_composer,
+    assert COMPOSER_PASSES == (sort_selective_backprop_first, sort_fused_layernorm_last,
+                               sort_low_precision_layernorm_last, set_filo_order_composer,
                                warn_if_multiple_loss_interpolation)
     log = []
     state.algorithms = [Recorder("A", ALL, log), FakeSelectiveBackprop("SB", ALL, log), Recorder("B", ALL, log)]

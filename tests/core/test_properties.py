@@ -23,7 +23,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from composer_lab.algorithms import ALGORITHMS, CutMix, FusedLayerNorm, MixUp
+from composer_lab.algorithms import ALGORITHMS, CutMix, FusedLayerNorm, LowPrecisionLayerNorm, MixUp
 from composer_lab.algorithms.batch_selection import BatchSelection
 from composer_lab.core import (DEFAULT_PASSES, Algorithm, Callback, Engine, Event, State, Time, TimeUnit,
                                Trace, ensure_time)
@@ -78,8 +78,9 @@ def algorithm_lists(draw: Any, max_size: int = 8) -> tuple[list[Algorithm], list
 
 
 def is_pinned(algorithm: Algorithm) -> bool:
-    """Batch selectors (SelectiveBackprop, RandomSubset) and FusedLayerNorm: the passes pin them."""
-    return isinstance(algorithm, (BatchSelection, FusedLayerNorm))
+    """Batch selectors (SelectiveBackprop, RandomSubset), FusedLayerNorm and LowPrecisionLayerNorm:
+    the passes pin them."""
+    return isinstance(algorithm, (BatchSelection, FusedLayerNorm, LowPrecisionLayerNorm))
 
 
 def new_engine(algorithms: list, trace: str = "all") -> Engine:
@@ -133,10 +134,12 @@ def test_selective_backprop_first_and_fused_layernorm_last(algos_log):
     engine = new_engine(algorithms)
     selectors = sum(isinstance(a, BatchSelection) for a in algorithms)
     fused = sum(isinstance(a, FusedLayerNorm) for a in algorithms)
+    low = sum(isinstance(a, LowPrecisionLayerNorm) for a in algorithms)
     for event in Event:
         order = planned(engine, event, assume_matched=True)
         assert all(isinstance(a, BatchSelection) for a in order[:selectors]), event
-        assert all(isinstance(a, FusedLayerNorm) for a in order[len(order) - fused:]), event
+        assert all(isinstance(a, FusedLayerNorm) for a in order[len(order) - low - fused:len(order) - low]), event
+        assert all(isinstance(a, LowPrecisionLayerNorm) for a in order[len(order) - low:]), event
 
 
 @SETTINGS

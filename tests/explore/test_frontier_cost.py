@@ -72,3 +72,15 @@ def test_time_leaves_out_the_first_and_the_counted_batches():
     assert row["batches"] == 6 and row["flops_counted"] == 1  # one kind of batch: counted once
     steady = sorted(meter.seconds[1:])
     assert row["time"] == sum(meter.seconds[1:]) + steady[len(steady) // 2]  # the first at the others' median
+
+
+def test_an_epochs_short_last_batch_is_estimated_not_chased():
+    """10 examples in batches of 4: each epoch ends with a batch of 2. Counting the batch after it
+    finds a full one, so that kind is scaled from its neighbour by its size (exact for a linear
+    layer), and not chased again every epoch."""
+    data = TensorDataset(torch.randn(10, 8), torch.randint(0, 4, (10,)))
+    exact = _fit(torch.nn.Linear(8, 4), data, "3ep", [], every=1)
+    sampled = _fit(torch.nn.Linear(8, 4), data, "3ep", [])
+    assert [size // 8 for size in sampled.sizes] == [4, 4, 2] * 3
+    assert sampled.row()["flops_counted"] < 9
+    assert sampled.flops() == exact.flops()

@@ -46,7 +46,7 @@ def test_the_interval_covers_the_true_ratio_at_its_level():
         table = speedup_table(known({"baseline": 1.0, "fast": 1.6}, 6, 0.01, trial), "baseline", "4ep", DURATIONS,
                               "time", draws=400).set_index("candidate")
         missed += not table.loc["fast", "ratio_ci_low"] <= 1 / 1.6 <= table.loc["fast", "ratio_ci_high"]
-    assert missed <= 8  # nominal 5 (the plain percentile interval misses about 11)
+    assert missed <= 8  # nominal 5 (a plain percentile interval misses about 11)
 
 
 def test_no_gain_and_undecided_with_the_seeds_that_would_decide():

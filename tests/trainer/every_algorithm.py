@@ -98,6 +98,20 @@ LANGUAGE_MODEL_ALGORITHMS = ("alibi", "seq_length_warmup")
 """The algorithms trained on a language model (NoisyTokens, TinyGPT) rather than on images."""
 
 
+class GroupNormCnn(Cnn):
+    """The CNN with a GroupNorm in place of its BatchNorm (for LowPrecisionGroupNorm)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bn = nn.GroupNorm(2, 8)
+
+
+LOW_PRECISION = {"low_precision_layernorm": Transformer, "low_precision_groupnorm": GroupNormCnn}
+"""The algorithms that act only under autocast: trained with precision='amp_bf16' on these models."""
+
+ACTIVE_FROM_THE_START.update({"ghost_batchnorm": dict(ghost_batch_size=3), "gyro_dropout": dict(sigma=8, tau=2)})
+
+
 def trainer_for(name: str, num_workers: int = 0, **kwargs):
     """A trainer for the algorithm ``name`` on a problem it applies to: a language model for
     ALiBi and SeqLengthWarmup, a transformer for GatedLinearUnits and FusedLayerNorm, a CNN for the others."""
@@ -110,6 +124,9 @@ def trainer_for(name: str, num_workers: int = 0, **kwargs):
         model = Transformer()
     elif name == "stochastic_depth":
         model = resnet_blocks()
+    elif name in LOW_PRECISION:
+        model = LOW_PRECISION[name]()
+        kwargs = {"precision": "amp_bf16", **kwargs}
     else:
         model = Cnn()
     train = torch.utils.data.DataLoader(data, batch_size=8, shuffle=True, num_workers=num_workers)

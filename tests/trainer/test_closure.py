@@ -95,9 +95,9 @@ def test_each_call_of_the_closure_is_numbered_and_runs_the_batch_events():
     trainer.fit()
     call = [("before_train_batch", None), ("before_forward", None), ("after_backward", None),
             ("after_train_batch", None)]
-    assert seen == [("batch_start", None), *[(e, 0) for e, _ in call], *[(e, 1) for e, _ in call],
-                    ("batch_end", None)]
-    assert trainer.state.closure_call is None
+    assert seen == [("batch_start", 0), *[(e, 0) for e, _ in call], *[(e, 1) for e, _ in call],
+                    ("batch_end", 0)]
+    assert trainer.state.closure_call == 0
 
 
 def test_interpolating_mixup_mixes_each_call_from_the_dataloaders_batch():

@@ -1,0 +1,116 @@
+"""The frontier panel: tick candidates, run a :class:`~composer_lab.explore.Frontier` in the
+background, and watch the quality-against-cost plot and the verdicts fill in as runs finish.
+
+It drives the frontier as a :class:`~composer_lab.lab.background_run.BackgroundRun`
+(a daemon thread, Stop cancels every run not yet training, what finished stays in the folder:
+start again to resume). One subfolder per choice of candidates, as a frontier folder belongs to
+one experiment.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence, Union
+
+import ipywidgets as widgets
+
+from composer_lab.explore import Frontier, local_pool
+from composer_lab.explore.executors import default_workers
+from composer_lab.explore.sweep import DEFAULT_METRIC
+from composer_lab.lab.plots import figure_png
+from composer_lab.lab.background_run import BackgroundRun
+from composer_lab.lab.sweep_panel import SweepWork
+
+__all__ = ["FrontierPanel"]
+
+
+class FrontierPanel(widgets.VBox):
+    """Widgets around :class:`~composer_lab.explore.Frontier`: ``candidates`` each with a checkbox
+    (all ticked; the baseline always runs), ``durations``, ``seeds``, ``cost`` and ``metric`` as for
+    the Frontier; ``workers`` local processes, or ``executor`` (a Dask ``Client``, an
+    ``InlineExecutor``); ``folder``: where frontiers go (None: a new temporary folder)."""
+
+    def __init__(self, make_trainer: Callable[[list, int, str], Any], candidates: dict, durations: Sequence[str],
+                 seeds: int = 3, cost: str = "time", metric: str = DEFAULT_METRIC, workers: Optional[int] = None,
+                 folder: Union[str, Path, None] = None, executor: Any = None, baseline: str = "baseline") -> None:
+        self.make_trainer, self.candidates, self.durations = make_trainer, dict(candidates), list(durations)
+        self.metric, self.cost, self.executor, self.baseline = metric, cost, executor, baseline
+        self.folder = Path(folder) if folder is not None else Path(tempfile.mkdtemp(prefix="frontiers-"))
+        self.checks = {name: widgets.Checkbox(value=True, description=name, indent=False, disabled=name == baseline)
+                       for name in self.candidates}
+        self.seeds = widgets.BoundedIntText(value=seeds, min=2, max=1000, description="seeds")
+        self.workers = widgets.BoundedIntText(value=workers or default_workers(), min=1, max=512,
+                                              description="workers", disabled=executor is not None)
+        self.run_button = widgets.Button(description="Run frontier", button_style="success", icon="play")
+        self.stop_button = widgets.Button(description="Stop", button_style="danger", icon="stop", disabled=True)
+        self.progress = widgets.IntProgress(value=0, min=0, max=1, description="runs")
+        self.status, self.table, self.image = widgets.HTML(), widgets.HTML(), widgets.Image(format="png")
+        self.frontier: Optional[Frontier] = None
+        self.handle: Optional[BackgroundRun] = None
+        self.run_button.on_click(lambda _: self.start())
+        self.stop_button.on_click(lambda _: self.stop())
+        super().__init__([widgets.HBox(list(self.checks.values())), widgets.HBox([self.seeds, self.workers]),
+                          widgets.HBox([self.run_button, self.stop_button, self.progress]), self.status, self.table,
+                          self.image])
+
+    def chosen(self) -> dict:
+        """The ticked candidates (the baseline always)."""
+        return {name: algorithms for name, algorithms in self.candidates.items() if self.checks[name].value}
+
+    def start(self) -> BackgroundRun:
+        """Train the ticked candidates' pending runs in the background."""
+        if self.handle is not None and not self.handle.done:
+            raise RuntimeError("a frontier is running; stop it (or wait for it) before starting another")
+        chosen = self.chosen()
+        executor = self.executor if self.executor is not None else local_pool(self.workers.value)
+        shutdown = executor.shutdown if self.executor is None else None
+        try:
+            self.frontier = Frontier(self.make_trainer, chosen, self.durations, seeds=range(self.seeds.value),
+                                     folder=self.folder / _slug(chosen), metric=self.metric, cost=self.cost,
+                                     executor=executor, baseline=self.baseline)
+        except BaseException:
+            if shutdown is not None:
+                shutdown()
+            raise
+        work = SweepWork(self.frontier, lambda row: self._show(), shutdown, None)
+        self.handle = BackgroundRun(work, name="composer_lab-frontier", on_done=self._finished)
+        self.progress.max = len(self.frontier.trials())
+        self.status.value = f"{self.frontier.describe().splitlines()[0]} in {self.frontier.folder.path}"
+        self.run_button.disabled, self.stop_button.disabled = True, False
+        self._show()
+        return self.handle.start()
+
+    def stop(self) -> None:
+        """Cancel the runs that have not started; keep what finished."""
+        if self.handle is not None:
+            self.handle.stop()
+            self.status.value = "stopping: the runs training finish and are shown; nothing else starts"
+
+    def _finished(self) -> None:
+        handle = self.handle
+        self._show()
+        self.status.value = (f"failed: {handle.error}" if handle is not None and handle.error is not None else
+                             "stopped (start again to resume)" if handle is not None and handle.stopped else
+                             f"done: {self.frontier.answer}")
+        self.run_button.disabled, self.stop_button.disabled = False, True
+
+    def _show(self) -> None:
+        """Progress, the verdicts (once every candidate has every duration) and the plot."""
+        frontier = self.frontier
+        if frontier is None:
+            return
+        self.progress.value = self.progress.max - len(frontier.pending())
+        if frontier.results().empty:
+            return
+        try:
+            self.table.value = frontier.speedups().to_html(index=False, float_format=lambda x: f"{x:.3g}", na_rep="")
+        except ValueError as err:  # not every candidate has a seed at every duration yet
+            self.table.value = f"<p>{err}</p>"
+        self.image.value = figure_png(frontier.plot())
+
+
+def _slug(candidates: dict) -> str:
+    """A folder name for a choice of candidates."""
+    return re.sub(r"[^A-Za-z0-9_-]+", "-", "_".join(candidates))[:120] or "none"
