@@ -235,7 +235,7 @@ class Engine:
             self.trace.add_call(InvocationRecord(
                 seq=seq, event=event.value, batch=state.timestamp.batch, name=self.trace.label(obj), kind=kind,
                 matched=order is not None, order=order, exit_code=exit_code, duration=duration, changed=changed,
-                error=error, closure_call=state.closure_call or 0, epoch=state.timestamp.epoch))
+                error=error, closure_call=state.closure_call, epoch=state.timestamp.epoch))
 
     def _record_event(self, event: Event, seq: int, t_start: float, asked: tuple, called: list) -> None:
         """The event's row, after its calls'; at level 'all' first a row for each algorithm asked
@@ -250,7 +250,7 @@ class Engine:
         ts, state = self.state.timestamp, self.state
         self.trace.add_event(EventRecord(
             seq=seq, event=event.value, epoch=ts.epoch, batch=ts.batch, batch_in_epoch=ts.batch_in_epoch,
-            microbatch=state.microbatch, t_start=t_start, t_end=perf_counter(), closure_call=state.closure_call or 0))
+            microbatch=state.microbatch, t_start=t_start, t_end=perf_counter(), closure_call=state.closure_call))
 
     # -- lifecycle ----------------------------------------------------------------------------
     @contextmanager
