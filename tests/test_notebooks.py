@@ -32,7 +32,7 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 SANITIZE = Path(composer_lab.__file__).with_name("nbval_sanitize.cfg")
 EXPECTED = ["01_quickstart", "02_algorithm_ordering", "03_event_traces", "04_selective_backprop",
             "05_custom_algorithm", "06_functional_api", "07_ordering_sweep", "08_alibi_language_model",
-            "09_tracking"]
+            "09_tracking", "10_new_methods"]
 
 
 def _code_cells(path: Path) -> list:

@@ -13,6 +13,7 @@ import torch
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as TF
 
+from composer_lab.algorithms.dataset_transform import InsertedTransforms
 from composer_lab.algorithms.validation import check_choice, check_positive
 from composer_lab.core.algorithm import Algorithm
 from composer_lab.core.event import Event
@@ -102,8 +103,9 @@ def randaugment(severity: int = 9, depth: int = 1, augmentation_set: str = "all"
 
 
 class RandAugment(Algorithm):
-    """At INIT, puts a :class:`RandAugmentTransform` in front of the training dataset's
-    ``transform`` (a torchvision-style dataset); TypeError for datasets without one.
+    """At FIT_START, inserts a :class:`RandAugmentTransform` into the training dataset's
+    ``transform`` (once per dataset, as Composer's ``add_vision_dataset_transform`` places it);
+    a dataset without a transform slot is refused (TypeError).
 
     Args:
         severity: the strongest strength, 0 to 10.
@@ -111,19 +113,23 @@ class RandAugment(Algorithm):
         augmentation_set: 'all' or 'safe'.
     """
 
+    events = frozenset({Event.FIT_START})
+    writes = frozenset()  # it changes the dataset's transform, not a State field
+
     def __init__(self, severity: int = 9, depth: int = 1, augmentation_set: str = "all") -> None:
         _check(severity, depth, augmentation_set)
         self.severity, self.depth, self.augmentation_set = severity, depth, augmentation_set
+        self._inserted = InsertedTransforms()
 
-    events = frozenset({Event.INIT})
-    writes = frozenset()  # it changes the dataset's transform, not a State field
+    def match(self, event: Event, state: State) -> bool:
+        """At FIT_START, once per training dataset."""
+        return event is Event.FIT_START and self._inserted.pending(state.dataloader)
 
     def apply(self, event: Event, state: State, logger: Logger) -> Optional[int]:
-        dataset = getattr(state.dataloader, "dataset", None)
-        if dataset is None or not hasattr(dataset, "transform"):
-            raise TypeError(f"RandAugment adds itself to the training dataset's 'transform', but "
-                            f"{type(dataset).__name__} has none; use a torchvision-style dataset with a "
-                            f"transform, or add cf.randaugment() to your own transforms")
         transform = RandAugmentTransform(self.severity, self.depth, self.augmentation_set)
-        dataset.transform = transform if dataset.transform is None else v2.Compose([transform, dataset.transform])
+        self._inserted.insert(type(self).__name__, state.dataloader, transform)
         return None
+
+    def inserted(self) -> list[str]:
+        """What was inserted, one line per training dataset still alive."""
+        return self._inserted.records()

@@ -14,7 +14,8 @@ of three ways, chosen per call:
   PyTorch's global module and parameter registration hooks tell a structural change: the cost is
   in the call's operations, not in the model's size;
 - signed: otherwise (events run by hand, or ``check_writes``), every parameter's version and
-  ``requires_grad`` and every module's and parameter's identity, before and after the call.
+  ``requires_grad``, every module's and parameter's identity and every module's class, before and
+  after the call.
 
 No torch class is patched: the hooks are PyTorch's own, registered while ``watching`` is entered
 and removed after. What they cannot see is listed in docs/trace.md ("What `changed` cannot see").
@@ -107,8 +108,9 @@ class Walk(NamedTuple):
         return cls(modules, params, (tuple(map(id, modules)), tuple(map(id, params))))
 
     def flags(self) -> tuple:
-        """Every parameter's version and ``requires_grad``."""
-        return tuple((p._version, p.requires_grad) for p in self.params)
+        """Every module's class (surgery may swap it in place) and every parameter's version and
+        ``requires_grad``."""
+        return tuple(map(type, self.modules)), tuple((p._version, p.requires_grad) for p in self.params)
 
 
 def _storage(tensor: torch.Tensor) -> int:

@@ -19,6 +19,7 @@ from matplotlib.artist import Artist
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 
 from composer_lab.core.event import Event
 from composer_lab.figures import LabFigure, figure_png
@@ -204,13 +205,12 @@ def plot_timeline(source: Any, steps: Union[int, Iterable[int], None] = None, in
     colors = {kind: _cmap_color(i, len(kinds)) for i, kind in enumerate(kinds)}
     for kind in kinds:
         rows = events[events["event"].astype(str) == kind]
-        ax.broken_barh(list(zip((rows["t_start"] - t0) * 1e3, (rows["t_end"] - rows["t_start"]) * 1e3)),
-                       (-0.4, 0.8), color=colors[kind], label=kind)
+        _bars(ax, rows, rows["t_start"], rows["t_end"] - rows["t_start"], t0, (-0.4, 0.8), [colors[kind]] * len(rows),
+              label=kind)
     for lane, name in enumerate(lanes, start=1):
         rows = calls[calls["name"].astype(str) == name]
-        ax.broken_barh(list(zip((rows["start"] - t0) * 1e3, rows["duration"] * 1e3)), (lane - 0.4, 0.8),
-                       color=[colors.get(e, "0.5") for e in rows["event"].astype(str)], edgecolor="k",
-                       linewidth=0.3)
+        _bars(ax, rows, rows["start"], rows["duration"], t0, (lane - 0.4, 0.8),
+              [colors.get(e, "0.5") for e in rows["event"].astype(str)], edgecolor="k", linewidth=0.3)
     for step in chosen:
         start = events.loc[events["step"] == step, "t_start"].min()
         ax.axvline((start - t0) * 1e3, color="k", linewidth=0.6, linestyle="--")
@@ -220,8 +220,28 @@ def plot_timeline(source: Any, steps: Union[int, Iterable[int], None] = None, in
     ax.invert_yaxis()
     ax.set_xlabel("time (ms)")
     ax.set_title(f"Timeline of steps {chosen} ({run.name})", pad=14)
-    ax.legend(fontsize=7, ncols=1, loc="upper left", bbox_to_anchor=(1.01, 1))
+    handles, _ = ax.get_legend_handles_labels()
+    if (events["closure_call"] > 0).any():
+        handles.append(Patch(facecolor="white", edgecolor="k", hatch=_REPEAT_HATCH, label="closure call 1 (hatched)"))
+    ax.legend(handles=handles, fontsize=7, ncols=1, loc="upper left", bbox_to_anchor=(1.01, 1))
     return fig
+
+
+_REPEAT_HATCH = "////"
+"""How the timeline marks a repeated call of the optimizer's closure (SAM's second pass)."""
+
+
+def _bars(ax: Axes, rows: pd.DataFrame, start: pd.Series, width: pd.Series, t0: float, lane: tuple[float, float],
+          colors: list, label: Optional[str] = None, **style: Any) -> None:
+    """The bars of ``rows`` in one lane (times in seconds, drawn in ms from ``t0``): those of the
+    optimizer closure's first call plain, those of a later call (``closure_call`` > 0) hatched."""
+    repeat = (rows["closure_call"] > 0).to_numpy()
+    spans = np.column_stack([(start - t0).to_numpy() * 1e3, width.to_numpy() * 1e3])
+    for part, hatch in ((~repeat, None), (repeat, _REPEAT_HATCH)):
+        if part.any():
+            ax.broken_barh([tuple(span) for span in spans[part]], lane, hatch=hatch, label=label,
+                           facecolors=[color for color, keep in zip(colors, part) if keep], **style)
+            label = None
 
 
 def _cmap_color(i: int, n: int) -> Any:

@@ -9,6 +9,7 @@ from torch import nn
 import composer_lab.functional as cf
 from composer_lab.algorithms import EMA, GradientClipping, LayerFreezing, ProgressiveResizing, RandAugment
 from composer_lab.algorithms.progressive_resizing import scale_schedule
+from composer_lab.algorithms.randaugment import RandAugmentTransform
 from composer_lab.core import Event, State, Engine
 
 from algo_helpers import TinyCNN, at_batch, make_state
@@ -198,7 +199,7 @@ def test_randaugment_changes_images_and_keeps_shape():
         cf.randaugment(augmentation_set="most")
 
 
-def test_randaugment_algorithm_wraps_the_dataset_transform():
+def test_randaugment_algorithm_inserts_its_transform_at_fit_start_once():
     class DS(torch.utils.data.Dataset):
         transform = None
 
@@ -208,11 +209,21 @@ def test_randaugment_algorithm_wraps_the_dataset_transform():
         def __getitem__(self, i):
             return self.transform(torch.rand(3, 8, 8)), 0
 
-    loader = torch.utils.data.DataLoader(DS(), batch_size=2)
-    state = State(nn.Linear(2, 2), "1ep", dataloader=loader, algorithms=[RandAugment()])
-    Engine(state).run_event(Event.INIT)
+    dataset = DS()
+    loader = torch.utils.data.DataLoader(dataset, batch_size=2)
+    algorithm = RandAugment()
+    assert algorithm.events == frozenset({Event.FIT_START}) and algorithm.writes == frozenset()
+    state = State(nn.Linear(2, 2), "1ep", dataloader=loader, algorithms=[algorithm])
+    engine = Engine(state)
+    engine.run_event(Event.INIT)
+    assert dataset.transform is None, "nothing is inserted before FIT_START"
+    engine.run_event(Event.FIT_START)
+    assert isinstance(dataset.transform, RandAugmentTransform)
+    engine.run_event(Event.FIT_START)
+    assert isinstance(dataset.transform, RandAugmentTransform), "a second fit inserts nothing more"
+    assert algorithm.inserted() == [f"{dataset.transform!r} at position 0 of DS.transform"]
     assert next(iter(loader))[0].shape == (2, 3, 8, 8)
     plain = State(nn.Linear(2, 2), "1ep", dataloader=torch.utils.data.DataLoader(
         torch.utils.data.TensorDataset(torch.rand(2, 3))), algorithms=[RandAugment()])
-    with pytest.raises(TypeError, match="transform"):
-        Engine(plain).run_event(Event.INIT)
+    with pytest.raises(TypeError, match="RandAugment adds RandAugmentTransform .* at FIT_START"):
+        Engine(plain).run_event(Event.FIT_START)

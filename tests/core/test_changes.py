@@ -256,3 +256,32 @@ def test_a_write_in_an_event_fired_from_a_call_is_that_calls_change_too():
     with engine.watching():
         engine.run_event(Event.AFTER_LOSS)
     assert changed_by(engine) == {"FireAndBump": ("model",), "BumpAtEnd": ("model",)}
+
+
+class SwapClass(Algorithm):
+    """Swaps the class of the model's first layer in place at INIT (as StochasticDepth makes a
+    torchvision Bottleneck stochastic): same module object, same parameters."""
+
+    events = frozenset({Event.INIT})
+    writes = frozenset({"model"})
+
+    def apply(self, event, state, logger):
+        layer = state.model[0]
+        layer.__class__ = type("SwappedLinear", (nn.Linear,), {})
+
+
+def test_a_module_class_swapped_in_place_is_reported_as_model():
+    engine = engine_over(nn.Sequential(nn.Linear(4, 2)), [DeclaredTouch(Event.INIT), SwapClass()])
+    engine.run_event(Event.INIT)
+    assert changed_by(engine) == {"DeclaredTouch": (), "SwapClass": ("model",)}
+
+
+def test_a_module_class_swapped_in_place_inside_a_fit_is_not_seen():
+    """The documented limit (docs/trace.md): inside ``watching()`` a class swap fires no hook and
+    runs no torch function, so it goes unreported."""
+    swap = SwapClass()
+    swap.events = frozenset({Event.AFTER_LOSS})
+    engine = engine_over(nn.Sequential(nn.Linear(4, 2)), [swap])
+    with engine.watching():
+        engine.run_event(Event.AFTER_LOSS)
+    assert changed_by(engine) == {"SwapClass": ()}

@@ -227,3 +227,27 @@ def test_the_live_plot_updates_its_lines_in_place():
     trainer.fit("2ba")
     assert plot.draw(trainer) != first and plot.figure is figure and plot._lines["train"] is line
     assert list(line.get_xdata()) == [0, 1, 2, 3]
+
+
+def test_plot_timeline_hatches_the_second_call_of_the_optimizer_closure(trained):
+    """SAM runs the forward and backward twice per step through the optimizer's closure: the
+    rows of the second call (``closure_call`` 1) are drawn hatched, the first call's plain, and
+    the legend says what the hatching means; a run without a second call has no hatching."""
+    from matplotlib.collections import PolyCollection
+
+    def hatched(fig):
+        bars = [c for c in fig.axes[0].collections if isinstance(c, PolyCollection)]
+        return [c for c in bars if c.get_hatch()], [c for c in bars if not c.get_hatch()]
+
+    events, calls = trained.trace.events, trained.trace.invocations
+    assert hatched(plot_timeline(trained, steps=[5]))[0] == []
+    second = events[(events["batch"] == 5) & events["event"].astype(str).isin(["before_forward", "after_forward"])]
+    second = second["seq"].iloc[-2:]  # the last microbatch's forward stands for the second closure call
+    events = events.assign(closure_call=events["seq"].isin(second).astype("int64"))
+    calls = calls.assign(closure_call=calls["seq"].isin(second).astype("int64"))
+    fig = plot_timeline({"events": events, "invocations": calls}, steps=[5])
+    repeat, plain = hatched(fig)
+    assert len(repeat) == 2 and plain, "the events of the second call hatched, in their own event colours"
+    assert sum(len(c.get_paths()) for c in repeat) == 2
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert legend[-1] == "closure call 1 (hatched)" and legend.count("before_forward") == 1
