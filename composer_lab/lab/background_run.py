@@ -64,8 +64,9 @@ class BackgroundRun:
     def _run(self) -> None:
         try:
             self.work(self)
-        except RunStopped:
-            pass  # the stop asked for: ``stopped`` says so
+        except KeyboardInterrupt as err:  # RunStopped, or the trainer's FitInterrupted in its place
+            if not self.stop_requested.is_set():  # an interrupt nobody here asked for is the work's failure
+                self.error = err
         except BaseException as err:  # kept for wait() / await, which re-raise it in the notebook
             self.error = err
         finally:
