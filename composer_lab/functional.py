@@ -30,12 +30,11 @@ from composer_lab.algorithms.low_precision_groupnorm import apply_low_precision_
 from composer_lab.algorithms.gyro_dropout import apply_gyro_dropout
 
 __all__ = [
-    "apply_alibi", "apply_blurpool", "apply_channels_last", "apply_fused_layernorm", "apply_gated_linear_units",
-    "apply_gradient_clipping", "compute_ema", "cutmix", "cutmix_batch", "cutout_batch", "freeze_layers", "mixup_batch",
-    "randaugment", "randaugment_image", "resize_batch", "select_random_subset", "select_using_loss",
+    "apply_alibi", "apply_blurpool", "apply_channels_last", "apply_factorization", "apply_fused_layernorm",
+    "apply_gated_linear_units", "apply_ghost_batchnorm", "apply_gradient_clipping", "apply_gyro_dropout",
+    "apply_low_precision_groupnorm", "apply_low_precision_layernorm", "apply_no_op_model", "apply_squeeze_excite",
+    "apply_stochastic_depth", "apply_weight_standardization", "augmix_image", "colout_batch", "compute_ema", "cutmix",
+    "cutmix_batch", "cutout_batch", "freeze_layers", "mixup_batch", "randaugment", "randaugment_image",
+    "resize_batch", "select_random_subset", "select_using_loss", "set_batch_sequence_length",
     "should_selective_backprop", "smooth_labels",
-    "set_batch_sequence_length", "colout_batch", "augmix_image",
-    "apply_ghost_batchnorm", "apply_weight_standardization", "apply_low_precision_layernorm",
-    "apply_low_precision_groupnorm", "apply_gyro_dropout",
 ]
-__all__ += ["apply_stochastic_depth", "apply_squeeze_excite", "apply_factorization", "apply_no_op_model"]

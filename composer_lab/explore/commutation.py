@@ -71,7 +71,8 @@ def commutation(make_trainer: Callable[[list, int], Any], algorithms: Sequence[A
     probe = _Probe(trainer.state, dict(zip(map(id, copies), algorithm_names(copies))))
     trainer.engine.register_pass(probe)  # last: it sees each event's final order, before anything is applied
     try:
-        trainer.fit(f"{batches}ba")
+        trainer.state.max_duration = f"{batches}ba"  # a run of that length: schedules fall inside it
+        trainer.fit()
     finally:
         trainer.engine.remove_pass(probe)
         trainer.close()

@@ -68,6 +68,14 @@ def test_cutout_and_selective_backprop_do_not_commute_after_the_dataloader():
     assert rows.loc["inputs", "max_abs_diff"] > 0  # SB scores the cut images in one order, the originals in the other
 
 
+def test_the_check_trains_a_run_of_its_own_length_so_a_schedule_falls_inside_it():
+    """SB's default window, [0.5, 0.9) of the run, lies past 4 batches of the factory's 6: the check
+    trains 4 batches as a 4-batch run (not the first 4 of 6), so SB selects there and is judged."""
+    table = commutation(make_trainer, [CutOut(), SelectiveBackprop(scale_factor=1)], batches=4)
+    rows = table[table["event"] == "after_dataloader"].set_index("field")
+    assert not rows["commutes"].all()
+
+
 def test_mixup_and_cutmix_do_not_commute():
     with pytest.warns(UserWarning, match="mix"):  # the engine's pass says so too
         table = commutation(make_trainer, [MixUp(), CutMix()], batches=2)
