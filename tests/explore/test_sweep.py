@@ -164,7 +164,8 @@ def test_a_metric_the_runs_do_not_record_is_named_with_those_they_do(tmp_path):
     sweep = Sweep(make_trainer, [CutOut(), MixUp()], seeds=[0], metric="accuracy", executor=InlineExecutor(),
                   folder=tmp_path, **ONE_ORDER)
     with pytest.raises(ValueError, match=r"the runs do not record the metric 'accuracy'; they record \[.*"
-                                         r"'metrics/eval/Accuracy'.*\]: pass one of those as metric=\.\.\. \(Sweep, Frontier\)"):
+                                         r"'metrics/eval/Accuracy'.*\]: pass one of those as "
+                                         r"metric=\.\.\. \(Sweep, Frontier\)"):
         sweep.run()
     assert sweep.folder.rows() == {}
 
