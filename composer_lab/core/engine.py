@@ -190,7 +190,7 @@ class Engine:
         t_start, called, codes = perf_counter(), [], []
         try:
             if event is Event.INIT:
-                _claim_callbacks(self.state.callbacks)
+                _claim_callbacks(self.state.callbacks, self._closer)
                 self._call_all(listeners.callbacks, "callback", event, seq, [])  # on INIT, callbacks first
             matched = [a for a in listeners.algorithms if a.match(event, self.state)]
             ordered = self._order(matched, event)
@@ -281,16 +281,18 @@ _OPEN_CALLBACKS: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDict
 """The callbacks an engine has run ``INIT`` for and not closed yet, by id."""
 
 
-def _claim_callbacks(callbacks: Sequence[Any]) -> None:
-    """Refuse a callback still open in another engine (as Composer does), else mark each one open."""
+def _claim_callbacks(callbacks: Sequence[Any], owner: "_Closer") -> None:
+    """Refuse a callback still open in another engine (as Composer does), else mark each one open
+    in ``owner``'s (an engine may fire INIT again over its own callbacks)."""
     for cb in callbacks:
-        if _OPEN_CALLBACKS.get(id(cb)) is cb:
+        if _OPEN_CALLBACKS.get(id(cb)) is cb and id(cb) not in owner.claimed:
             raise RuntimeError(f"Cannot create a new trainer with an open callback or logger from a previous trainer: "
                                f"{type(cb).__name__} was not closed; call the previous trainer's close() (or "
                                f"engine.close()) before passing its callbacks to a new one")
     for cb in callbacks:
         try:
             _OPEN_CALLBACKS[id(cb)] = cb
+            owner.claimed.add(id(cb))
         except TypeError:  # (an object without weak references is not tracked)
             pass
 
@@ -301,6 +303,7 @@ class _Closer:
 
     def __init__(self, state: State, logger: Logger) -> None:
         self.state, self.logger, self.closed = state, logger, False
+        self.claimed: set[int] = set()  # ids of the callbacks this engine marked open
 
     def __call__(self, raises: bool = True) -> None:
         if self.closed:
