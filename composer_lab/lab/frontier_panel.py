@@ -16,12 +16,12 @@ from typing import Any, Callable, Optional, Sequence, Union
 
 import ipywidgets as widgets
 
-from composer_lab.explore import Frontier, local_pool
+from composer_lab.explore import Frontier
 from composer_lab.explore.executors import default_workers
 from composer_lab.explore.sweep import DEFAULT_METRIC
 from composer_lab.lab.plots import figure_png
 from composer_lab.lab.background_run import BackgroundRun
-from composer_lab.lab.sweep_panel import SweepWork
+from composer_lab.lab.sweep_panel import SweepWork, on_executor
 
 __all__ = ["FrontierPanel"]
 
@@ -64,16 +64,10 @@ class FrontierPanel(widgets.VBox):
         if self.handle is not None and not self.handle.done:
             raise RuntimeError("a frontier is running; stop it (or wait for it) before starting another")
         chosen = self.chosen()
-        executor = self.executor if self.executor is not None else local_pool(self.workers.value)
-        shutdown = executor.shutdown if self.executor is None else None
-        try:
-            self.frontier = Frontier(self.make_trainer, chosen, self.durations, seeds=range(self.seeds.value),
-                                     folder=self.folder / _slug(chosen), metric=self.metric, cost=self.cost,
-                                     executor=executor, baseline=self.baseline)
-        except BaseException:
-            if shutdown is not None:
-                shutdown()
-            raise
+        self.frontier, shutdown = on_executor(self.executor, self.workers.value, lambda executor: Frontier(
+            self.make_trainer, chosen, self.durations, seeds=range(self.seeds.value),
+            folder=self.folder / _slug(chosen), metric=self.metric, cost=self.cost, executor=executor,
+            baseline=self.baseline))
         work = SweepWork(self.frontier, lambda row: self._show(), shutdown, None)
         self.handle = BackgroundRun(work, name="composer_lab-frontier", on_done=self._finished)
         self.progress.max = len(self.frontier.trials())

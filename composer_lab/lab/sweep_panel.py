@@ -26,7 +26,7 @@ from composer_lab.explore.sweep import DEFAULT_METRIC
 from composer_lab.lab.background_run import BackgroundRun
 from composer_lab.lab.plots import figure_png
 
-__all__ = ["SweepPanel", "SweepWork"]
+__all__ = ["SweepPanel", "SweepWork", "on_executor"]
 
 
 class SweepPanel(widgets.VBox):
@@ -83,15 +83,9 @@ class SweepPanel(widgets.VBox):
         if self.handle is not None and not self.handle.done:
             raise RuntimeError("a sweep is running; stop it (or wait for it) before starting another")
         algorithms = self.chosen()
-        executor = self.executor if self.executor is not None else local_pool(self.workers.value)
-        shutdown = executor.shutdown if self.executor is None else None
-        try:
-            self.sweep = Sweep(self.make_trainer, algorithms, seeds=range(self.seeds.value), metric=self.metric,
-                               executor=executor, folder=self.folder / _slug(algorithms))
-        except BaseException:
-            if shutdown is not None:
-                shutdown()
-            raise
+        self.sweep, shutdown = on_executor(self.executor, self.workers.value, lambda executor: Sweep(
+            self.make_trainer, algorithms, seeds=range(self.seeds.value), metric=self.metric, executor=executor,
+            folder=self.folder / _slug(algorithms)))
         racing = self.race.value
         work = SweepWork(self.sweep, self._on_result, shutdown, self.delta.value if racing else None)
         self.handle = BackgroundRun(work, name="composer_lab-sweep", on_done=self._finished)
@@ -146,6 +140,20 @@ class SweepPanel(widgets.VBox):
         else:
             self.table.value = self.sweep.ranking().to_html(index=False, float_format=lambda x: f"{x:.4f}", na_rep="")
         self.image.value = figure_png(self.sweep.plot())
+
+
+def on_executor(executor: Any, workers: int, build: Callable[[Any], Any]) -> tuple[Any, Optional[Callable]]:
+    """``build(executor)`` on the panel's ``executor`` or, when None, on a new local pool of
+    ``workers``; returns what was built and the pool's ``shutdown`` (None for the panel's own
+    executor). A pool whose build fails is shut down before the error propagates."""
+    pool = executor if executor is not None else local_pool(workers)
+    shutdown = pool.shutdown if executor is None else None
+    try:
+        return build(pool), shutdown
+    except BaseException:
+        if shutdown is not None:
+            shutdown()
+        raise
 
 
 class SweepWork:
