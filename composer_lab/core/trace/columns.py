@@ -71,7 +71,8 @@ class Columns:
         held = _HELD.get(getattr(self.columns[failed], "typecode", None)) if failed < len(self.columns) else None
         if held is not None and isinstance(err, (TypeError, OverflowError)):
             raise TypeError(f"the trace's column {self.names[failed]!r} holds {held}, got "
-                            f"{type(record[failed]).__name__} {record[failed]!r}: record one there") from err
+                            f"{type(record[failed]).__name__} {record[failed]!r}; give it {held} (the columns "
+                            f"are described in composer_lab/core/trace/schema.py)") from err
 
     def rows(self) -> Rows:
         """The rows now, unchanged by later appends."""
