@@ -1,7 +1,7 @@
 """The trace's rows in memory as columns, one per column the engine records (:mod:`.schema`): an
 :mod:`array` of machine numbers where the schema's ``held`` names a type code, a list otherwise.
 A row then costs bytes in each column, not objects of its own (a record kept per row cost its
-tuple, its floats and the collector's tracking, about 210 bytes a call; the columns about 95)."""
+tuple, its floats and the collector's tracking, about 210 bytes a call row; the columns about 92)."""
 
 from __future__ import annotations
 

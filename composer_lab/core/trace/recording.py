@@ -66,7 +66,7 @@ class Trace:
         self._labels: dict[int, tuple[Any, str]] = {}  # id -> (the object, held so that its id stays its own; label)
         self._label_counts: dict[str, int] = {}
         self._classes: dict[str, str] = {}  # label -> class name
-        self._cache: dict[str, tuple[int, pd.DataFrame]] = {}  # (emptied at the next event: not outdated frames)
+        self._cache: dict[str, tuple[int, pd.DataFrame]] = {}  # (frames read since the last event)
         self._loaded: Optional[dict[str, pd.DataFrame]] = None  # frames given to from_frames
 
     # -- recording (called by the engine) ---------------------------------------------------
@@ -91,7 +91,7 @@ class Trace:
     def add_event(self, record: EventRecord) -> None:
         """Record an event, after its calls; every ``chunk_rows`` events the rows go to a chunk. The
         frames read before it are let go: an outdated frame of a whole trace held on would
-        outweigh the rows in memory (a read since builds the frame again)."""
+        outweigh the rows in memory (a read after it builds the frame again)."""
         with self._lock:
             self._events.append(record)
             self._version += 1
