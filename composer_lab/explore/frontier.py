@@ -223,6 +223,20 @@ class Frontier:
 
         return plot_frontier(self, reference=reference)
 
+    def to_mlflow(self, tracking_uri: Optional[str] = None, experiment_name: str = "composer_lab",
+                  reference: Optional[str] = None) -> str:
+        """Log the finished runs to MLflow (the ``mlflow`` extra) as a sweep's are: the frontier a
+        parent run (the :meth:`speedups` table, the :attr:`answer`), each (candidate, duration, seed)
+        a child with its metric and costs; exported again, only the runs new since are added
+        (:func:`~composer_lab.tracking.frontier_to_mlflow`). Returns the parent's id."""
+        from composer_lab.tracking.mlflow_export import frontier_to_mlflow
+
+        about = {"metric": self.metric, "cost": self.cost, "baseline": self.baseline,
+                 "candidates": ", ".join(self.candidates), "durations": ", ".join(self.durations),
+                 "seeds": self.seeds, "higher_is_better": self.higher_is_better}
+        table = self.speedups(reference)
+        return frontier_to_mlflow(self.folder.path, self._finished(), table, about, tracking_uri, experiment_name)
+
     def _reference(self, reference: Optional[str]) -> str:
         if reference is None:
             return self.durations[-2]
