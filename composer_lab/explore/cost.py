@@ -14,8 +14,8 @@ counted: the work of a batch is fixed by the shapes it trains on and the paramet
 its *kind*, so the first batch is counted and a kind that recurs is counted once (see
 :meth:`CostMeter._due`) and stands for the others of that kind; beyond those, a batch is counted
 again only while all the counting's time stays under :data:`BUDGET` of the loop's. A batch whose
-kind was never counted (the short last batch of an epoch, a step of a progressive-resizing ramp)
-takes the FLOPs of the nearest counted batch, scaled by the size of its inputs (examples x
+kind was never counted (a step of a progressive-resizing ramp; an epoch's short last batch until the next epoch's
+last batch is counted for it) takes the FLOPs of the nearest counted batch, scaled by the size of its inputs (examples x
 features or pixels: exact for the batch's size). ``flops_counted`` says how many batches were counted.
 
 Time is taken honestly for a shared machine: the first batch (imports, the allocator and kernels
@@ -74,7 +74,7 @@ class CostMeter(Callback):
 
     def before_dataloader(self, state: Any, logger: Any) -> None:
         # (a counter still open: the last before_dataloader found the epoch's data done; keep it)
-        if self._counter is None and self._due(len(self.seconds)):
+        if self._counter is None and self._due(len(self.seconds), _epoch_ends_next(state)):
             self._counter = FlopCounterMode(display=False)
             self._counter.__enter__()
         self._start = time.perf_counter()
@@ -109,16 +109,18 @@ class CostMeter(Callback):
     def fit_end(self, state: Any, logger: Any) -> None:
         self.stop_counting()
 
-    def _due(self, index: int) -> bool:
+    def _due(self, index: int, epoch_end: bool = False) -> bool:
         """Whether to count batch ``index``: always with ``every``=1 or at its multiples; else the
         first batch; the one after a batch of a kind not counted yet (a run of one kind), or after
         a batch of a kind that such a kind followed (kinds that alternate, as Selective Backprop's
-        selective and plain steps), at most :data:`CHASES` times per kind (a kind met at an
-        epoch's end is not chased: the batch after it starts the next epoch); and one more only
+        selective and plain steps), at most :data:`CHASES` times per kind; an epoch's last batch
+        (``epoch_end``) when a kind met at an epoch's end is not counted yet (an epoch's short
+        last batch: the batch after it starts the next epoch, so only the next epoch's end meets
+        it again); and one more only
         while all the counting's time, that one included, stays within :data:`BUDGET` of the loop's."""
         if self.every is not None:
             return index % self.every == 0
-        if index == 0:
+        if index == 0 or (epoch_end and self._unmet - self._counted_kinds()):
             return True
         counted = self._counted_kinds()
         wanted = [k for k in (self.kinds[-1], *self._before.get(self.kinds[-1], ()))
@@ -184,6 +186,12 @@ def _kind(state: Any) -> Hashable:
     """What fixes a batch's work: the shapes of the batch it trained on and how many parameters learn."""
     learning = sum(p.numel() for p in state.model.parameters() if p.requires_grad)
     return _shapes(state.batch), learning
+
+
+def _epoch_ends_next(state: Any) -> bool:
+    """Whether the batch about to load is its epoch's last."""
+    length = state.dataloader_len
+    return bool(length) and state.timestamp.batch_in_epoch == length - 1
 
 
 def _epoch_ended(state: Any) -> bool:
