@@ -6,17 +6,18 @@ It measures each batch from ``before_dataloader`` to ``batch_end`` (loading, the
 backward and the optimizer step), so evaluation, checkpoints and the start-up before the first
 batch are left out.
 
-FLOPs are counted with torch's own counter (``torch.utils.flop_counter.FlopCounterMode``: matrix
-products and convolutions, forward and backward, as they really ran: a smaller backward, smaller
-images and changed layers count as what they are). Counting a batch slows it several times over
-(about 3x for a small CNN: torch's counter sees every operation in Python), so not every batch is
-counted: the work of a batch is fixed by the shapes it trains on and the parameters that learn,
-its *kind*, so the first batch is counted and a kind that recurs is counted once (see
-:meth:`CostMeter._due`) and stands for the others of that kind; beyond those, a batch is counted
-again only while all the counting's time stays under :data:`BUDGET` of the loop's. A batch whose
-kind was never counted (a step of a progressive-resizing ramp; an epoch's short last batch until the next epoch's
-last batch is counted for it) takes the FLOPs of the nearest counted batch, scaled by the size of its inputs (examples x
-features or pixels: exact for the batch's size). ``flops_counted`` says how many batches were counted.
+FLOPs are counted with torch's own FLOP formulas (:class:`~composer_lab.explore.flops.FlopCount`,
+the table of ``torch.utils.flop_counter``: matrix products, convolutions and attention, forward
+and backward, as they really ran: a smaller backward, smaller images and changed layers count as
+what they are). Counting a batch slows it (about 1.5x for a small CNN: every operation passes
+through Python), so not every batch is counted: the work of a batch is fixed by the shapes it
+trains on and the parameters that learn, its *kind*, so the first batch is counted and each kind
+that recurs is met and counted once (see :meth:`CostMeter._due`) and stands for the others of
+that kind; beyond those, a batch is counted again only while all the counting's time stays under
+:data:`BUDGET` of the loop's. A batch whose kind was never counted (a step of a
+progressive-resizing ramp; an epoch's short last batch until the next epoch's last batch is
+counted for it) takes the FLOPs of the nearest counted batch, scaled by the size of its inputs
+(examples x features or pixels). ``flops_counted`` says how many batches were counted.
 
 Time is taken honestly for a shared machine: the first batch (imports, the allocator and kernels
 warming up) and the counted batches (slowed by the counter) take the median time of the other
@@ -31,9 +32,9 @@ import time
 from typing import Any, Hashable, Optional
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 from composer_lab.core.callback import Callback
+from composer_lab.explore.flops import FlopCount
 
 __all__ = ["CostMeter", "TIMING", "BUDGET", "CHASES"]
 
@@ -59,9 +60,10 @@ class CostMeter(Callback):
         self.sizes: list[int] = []
         self.counted: dict[int, int] = {}  # batch index -> FLOPs
         self._start = 0.0
-        self._counter: Optional[FlopCounterMode] = None
+        self._counter: Optional[FlopCount] = None
         self._spent = 0.0  # seconds the counted batches took beyond their kind's median
         self._chased: dict[Hashable, int] = {}  # uncounted kind -> counts spent trying to meet it
+        self._tried: set = set()  # uncounted kinds a count of the batch after them failed to meet again
         self._before: dict[Hashable, set] = {}  # kind -> the uncounted kinds that followed it
         self._unmet: set = set()  # uncounted kinds met at an epoch's end: not chased
 
@@ -75,7 +77,7 @@ class CostMeter(Callback):
     def before_dataloader(self, state: Any, logger: Any) -> None:
         # (a counter still open: the last before_dataloader found the epoch's data done; keep it)
         if self._counter is None and self._due(len(self.seconds), _epoch_ends_next(state)):
-            self._counter = FlopCounterMode(display=False)
+            self._counter = FlopCount()
             self._counter.__enter__()
         self._start = time.perf_counter()
 
@@ -111,9 +113,9 @@ class CostMeter(Callback):
 
     def _due(self, index: int, epoch_end: bool = False) -> bool:
         """Whether to count batch ``index``: always with ``every``=1 or at its multiples; else the
-        first batch; the one after a batch of a kind not counted yet (a run of one kind), or after
-        a batch of a kind that such a kind followed (kinds that alternate, as Selective Backprop's
-        selective and plain steps), at most :data:`CHASES` times per kind; an epoch's last batch
+        first batch; the one after a batch of a kind not counted yet (a run of one kind; tried once
+        per kind), or after a batch of a kind that such a kind followed (kinds that alternate, as
+        Selective Backprop's selective and plain steps), at most :data:`CHASES` times per kind; an epoch's last batch
         (``epoch_end``) when a kind met at an epoch's end is not counted yet (an epoch's short
         last batch: the batch after it starts the next epoch, so only the next epoch's end meets
         it again); and one more only
@@ -123,9 +125,11 @@ class CostMeter(Callback):
         if index == 0 or (epoch_end and self._unmet - self._counted_kinds()):
             return True
         counted = self._counted_kinds()
-        wanted = [k for k in (self.kinds[-1], *self._before.get(self.kinds[-1], ()))
+        last = self.kinds[-1]
+        wanted = [k for k in (*self._before.get(last, ()), *([last] if last not in self._tried else []))
                   if k not in counted and k not in self._unmet and self._chased.get(k, 0) < CHASES]
         if wanted:
+            self._tried.add(last)
             for kind in wanted:
                 self._chased[kind] = self._chased.get(kind, 0) + 1
             return True

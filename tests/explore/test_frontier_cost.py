@@ -97,3 +97,26 @@ def test_selective_backprop_with_short_last_batches_is_counted_exactly():
     sampled = _fit(torch.nn.Linear(8, 4), data, "3ep", sb())
     assert [size // 8 for size in sampled.sizes] == [2, 4, 1] * 3
     assert sampled.row()["flops_counted"] < 9 and sampled.flops() == exact.flops()
+
+
+def test_the_lean_count_equals_torchs_flop_counter():
+    """FlopCount applies torch's formulas without FlopCounterMode's bookkeeping: the same total for
+    a training step of a CNN with batch norm, pooling, a linear head and an attention product."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from composer_lab.explore.flops import FlopCount
+    from composer_lab.models import SmallCNN
+
+    model, x = SmallCNN(in_channels=1, num_classes=4, width=4), torch.randn(6, 1, 8, 8)
+    q = torch.randn(2, 3, 5, 4, requires_grad=True)
+
+    def step() -> None:
+        loss = F.cross_entropy(model(x), torch.arange(6) % 4)
+        (loss + F.scaled_dot_product_attention(q, q, q).sum() + torch.einsum("bij,bjk->bik", q[0], q[1].mT).sum()
+         ).backward()
+
+    with FlopCounterMode(display=False) as reference:
+        step()
+    with FlopCount() as lean:
+        step()
+    assert lean.get_total_flops() == reference.get_total_flops() > 0
