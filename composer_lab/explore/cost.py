@@ -13,8 +13,8 @@ what they are). Counting a batch slows it (about 1.5x for a small CNN: every ope
 through Python), so not every batch is counted: the work of a batch is fixed by the shapes it
 trains on and the parameters that learn, its *kind*, so the first batch is counted and each kind
 that recurs is met and counted once (see :meth:`CostMeter._due`) and stands for the others of
-that kind; beyond those, a batch is counted again only while all the counting's time stays under
-:data:`BUDGET` of the loop's. A batch whose kind was never counted (a step of a
+that kind; no other batch is counted (a kind's work is the same each time, so counting it
+again would only add to the run's time). A batch whose kind was never counted (a step of a
 progressive-resizing ramp; an epoch's short last batch until the next epoch's last batch is
 counted for it) takes the FLOPs of the nearest counted batch, scaled by the size of its inputs
 (examples x features or pixels). ``flops_counted`` says how many batches were counted.
@@ -36,10 +36,8 @@ import torch
 from composer_lab.core.callback import Callback
 from composer_lab.explore.flops import FlopCount
 
-__all__ = ["CostMeter", "TIMING", "BUDGET", "CHASES"]
+__all__ = ["CostMeter", "TIMING", "CHASES"]
 
-BUDGET = 0.05
-"""The share of the loop's time beyond which the meter counts no batch it does not need (a kind's first)."""
 CHASES = 2
 """How many counts the meter spends trying to meet a kind of batch it has not counted."""
 TIMING = ("training loop time: each batch from before_dataloader to batch_end (evaluation, checkpoints and start-up "
@@ -115,11 +113,10 @@ class CostMeter(Callback):
         """Whether to count batch ``index``: always with ``every``=1 or at its multiples; else the
         first batch; the one after a batch of a kind not counted yet (a run of one kind; tried once
         per kind), or after a batch of a kind that such a kind followed (kinds that alternate, as
-        Selective Backprop's selective and plain steps), at most :data:`CHASES` times per kind; an epoch's last batch
-        (``epoch_end``) when a kind met at an epoch's end is not counted yet (an epoch's short
-        last batch: the batch after it starts the next epoch, so only the next epoch's end meets
-        it again); and one more only
-        while all the counting's time, that one included, stays within :data:`BUDGET` of the loop's."""
+        Selective Backprop's selective and plain steps), at most :data:`CHASES` times per kind;
+        and an epoch's last batch (``epoch_end``) when a kind met at an epoch's end is not counted
+        yet (an epoch's short last batch: the batch after it starts the next epoch, so only the
+        next epoch's end meets it again)."""
         if self.every is not None:
             return index % self.every == 0
         if index == 0 or (epoch_end and self._unmet - self._counted_kinds()):
@@ -128,12 +125,10 @@ class CostMeter(Callback):
         last = self.kinds[-1]
         wanted = [k for k in (*self._before.get(last, ()), *([last] if last not in self._tried else []))
                   if k not in counted and k not in self._unmet and self._chased.get(k, 0) < CHASES]
-        if wanted:
-            self._tried.add(last)
-            for kind in wanted:
-                self._chased[kind] = self._chased.get(kind, 0) + 1
-            return True
-        return self._per_count() * (len(self.counted) + 1) <= BUDGET * sum(self.seconds[1:])
+        self._tried.add(last)
+        for kind in wanted:
+            self._chased[kind] = self._chased.get(kind, 0) + 1
+        return bool(wanted)
 
     def _per_count(self) -> float:
         """What counting one batch costs: the counted batches' mean time beyond their kind's median;
