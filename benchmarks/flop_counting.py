@@ -3,7 +3,7 @@
 The digits experiment of notebook 11 (a small CNN, batches of 128), baseline and Selective
 Backprop, trained three ways in one process after a warm-up run: without a meter, with the
 frontier's :class:`~composer_lab.explore.cost.CostMeter` (the first batch and each recurring kind
-counted once, more only while counting stays under 5% of the loop), and counting every batch;
+counted once), and counting every batch;
 the three interleaved in each repeat, so that a change in the machine's load hits them alike.
 Prints the whole fit's time (start-up and evaluation in it too) of each, the meter's cost as the
 median over repeats of (fit with the meter / fit without - 1), the meter's own
