@@ -1,9 +1,10 @@
 """``composer-lab frontier``: is a composition of algorithms a speed-up on the bundled data?
 
 Trains the baseline and every composition of ``--algorithms`` (up to ``--max-size``) for each of
-``--durations`` with ``--seeds`` seeds (a :class:`~composer_lab.explore.Frontier`; ``--race``
-stops what is decided), writes results.csv, speedups.csv and frontier.png in the folder, and
-prints the verdicts and the sentence.
+``--durations`` with ``--seeds`` seeds (a :class:`~composer_lab.explore.Frontier`; ``--race
+[ALPHA]`` races at level ALPHA, 0.05 by default: each candidate stops training once its verdict
+is in), writes results.csv, speedups.csv and frontier.png in the folder, and prints the verdicts
+and the sentence (a race also how many of the grid's runs it trained).
 """
 
 from __future__ import annotations
@@ -39,8 +40,22 @@ def add_frontier_command(commands: Any) -> None:
     for flag, kind, default, text in options:
         frontier.add_argument(flag, type=kind, default=default, help=text)
     frontier.add_argument("--cost", default="flops", choices=["time", "flops", "samples"], help="the cost axis")
-    frontier.add_argument("--race", action="store_true", help="stop training each candidate once its verdict is in")
+    frontier.add_argument("--race", type=race_level, nargs="?", const=0.05, default=None, metavar="ALPHA",
+                          help="race at level ALPHA (default 0.05): stop training each candidate once its verdict "
+                               "is in, --seeds the most seeds one trains (at least 3)")
     frontier.set_defaults(handler=frontier_command)
+
+
+def race_level(text: str) -> float:
+    """``--race``'s ALPHA: a level in (0, 1), or argparse's error naming the flag."""
+    try:
+        alpha = float(text)
+    except ValueError:
+        alpha = float("nan")
+    if not 0 < alpha < 1:
+        raise argparse.ArgumentTypeError(f"the race's level must lie in (0, 1), got {text!r}: the error rate its "
+                                         f"verdicts accept, e.g. --race 0.05")
+    return alpha
 
 
 @dataclass(frozen=True)
@@ -74,6 +89,7 @@ def frontier_command(args: argparse.Namespace) -> int:
     """Run (or race) the frontier, save its tables and plot, print the verdicts and the answer."""
     from composer_lab.cli.algorithms import parse_algorithms
     from composer_lab.explore import Frontier, compositions, local_pool
+    from composer_lab.explore.speedup import answer
 
     candidates = compositions(parse_algorithms(args.algorithms), max_size=args.max_size)
     executor = local_pool(args.workers)
@@ -90,8 +106,11 @@ def frontier_command(args: argparse.Namespace) -> int:
         print(f"  {row['order']}  {row['duration']}  seed {row['seed']}: {row.get(frontier.metric):.4f}", flush=True)
 
     try:
-        table = frontier.race(on_result=report) if args.race else (frontier.run(on_result=report),
-                                                                    frontier.speedups())[1]
+        if args.race is None:
+            frontier.run(on_result=report)
+            table = frontier.speedups()
+        else:
+            table = frontier.race(args.race, on_result=report)
     finally:
         frontier.executor.shutdown()
     folder = Path(args.folder)
@@ -99,5 +118,7 @@ def frontier_command(args: argparse.Namespace) -> int:
     table.to_csv(folder / "speedups.csv", index=False)
     frontier.plot().savefig(folder / "frontier.png", dpi=100, bbox_inches="tight")
     print(table.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
-    print(frontier.answer)
+    if args.race is not None:
+        print(f"the race trained {table.attrs['runs']} of the grid's {table.attrs['grid']} runs")
+    print(answer(table, frontier.metric, frontier.higher_is_better))
     return 0

@@ -6,15 +6,18 @@ It measures each batch from ``before_dataloader`` to ``batch_end`` (loading, the
 backward and the optimizer step), so evaluation, checkpoints and the start-up before the first
 batch are left out.
 
-FLOPs are counted with torch's own counter (``torch.utils.flop_counter.FlopCounterMode``: matrix
-products and convolutions, forward and backward, as they really ran: a smaller backward, smaller
-images and changed layers count as what they are). Counting a batch slows it several times over,
-so not every batch is counted: the work of a batch is fixed by the shapes it trains on and the
-parameters that learn, its *kind*, so the first batch of each kind is counted and stands for the
-others of that kind; beyond those, a batch is counted again now and then while the time spent
-counting stays under :data:`BUDGET` of the loop's. A batch whose kind was never counted (the
-short last batch of an epoch, say) takes the FLOPs of the nearest counted batch, scaled by the
-size of its inputs (examples x features or pixels). ``flops_counted`` says how many batches were counted.
+FLOPs are counted with torch's own FLOP formulas (:class:`~composer_lab.explore.flops.FlopCount`,
+the table of ``torch.utils.flop_counter``: matrix products, convolutions and attention, forward
+and backward, as they really ran: a smaller backward, smaller images and changed layers count as
+what they are). Counting a batch slows it (about 1.5x for a small CNN: every operation passes
+through Python), so not every batch is counted: the work of a batch is fixed by the shapes it
+trains on and the parameters that learn, its *kind*, so the first batch is counted and each kind
+that recurs is met and counted once (see :meth:`CostMeter._due`) and stands for the others of
+that kind; no other batch is counted (a kind's work is the same each time, so counting it
+again would only add to the run's time). A batch whose kind was never counted (a step of a
+progressive-resizing ramp; an epoch's short last batch until the next epoch's last batch is
+counted for it) takes the FLOPs of the nearest counted batch, scaled by the size of its inputs
+(examples x features or pixels). ``flops_counted`` says how many batches were counted.
 
 Time is taken honestly for a shared machine: the first batch (imports, the allocator and kernels
 warming up) and the counted batches (slowed by the counter) take the median time of the other
@@ -29,15 +32,13 @@ import time
 from typing import Any, Hashable, Optional
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 from composer_lab.core.callback import Callback
+from composer_lab.explore.flops import FlopCount
 
-__all__ = ["CostMeter", "TIMING", "BUDGET", "CHASES"]
+__all__ = ["CostMeter", "TIMING", "CHASES"]
 
-BUDGET = 0.05
-"""The share of the loop's time that counting FLOPs again (beyond each kind's first batch) may take."""
-CHASES = 3
+CHASES = 2
 """How many counts the meter spends trying to meet a kind of batch it has not counted."""
 TIMING = ("training loop time: each batch from before_dataloader to batch_end (evaluation, checkpoints and start-up "
           "left out); the first batch (warm-up) and the batches whose FLOPs were counted take the median time of "
@@ -57,10 +58,12 @@ class CostMeter(Callback):
         self.sizes: list[int] = []
         self.counted: dict[int, int] = {}  # batch index -> FLOPs
         self._start = 0.0
-        self._counter: Optional[FlopCounterMode] = None
+        self._counter: Optional[FlopCount] = None
         self._spent = 0.0  # seconds the counted batches took beyond their kind's median
         self._chased: dict[Hashable, int] = {}  # uncounted kind -> counts spent trying to meet it
+        self._tried: set = set()  # uncounted kinds a count of the batch after them failed to meet again
         self._before: dict[Hashable, set] = {}  # kind -> the uncounted kinds that followed it
+        self._unmet: set = set()  # uncounted kinds met at an epoch's end: not chased
 
     @classmethod
     def attach(cls, trainer: Any, every: Optional[int] = None) -> "CostMeter":
@@ -71,8 +74,8 @@ class CostMeter(Callback):
 
     def before_dataloader(self, state: Any, logger: Any) -> None:
         # (a counter still open: the last before_dataloader found the epoch's data done; keep it)
-        if self._counter is None and self._due(len(self.seconds)):
-            self._counter = FlopCounterMode(display=False)
+        if self._counter is None and self._due(len(self.seconds), _epoch_ends_next(state)):
+            self._counter = FlopCount()
             self._counter.__enter__()
         self._start = time.perf_counter()
 
@@ -87,8 +90,11 @@ class CostMeter(Callback):
             plain = self._plain_median(self.kinds[-1])
             if index > 0 and plain is not None:
                 self._spent += max(0.0, seconds - plain)
-        elif index > 0 and self.kinds[-1] not in self._counted_kinds():
-            self._before.setdefault(self.kinds[-2], set()).add(self.kinds[-1])
+        elif self.kinds[-1] not in self._counted_kinds():
+            if _epoch_ended(state):
+                self._unmet.add(self.kinds[-1])
+            elif index > 0:
+                self._before.setdefault(self.kinds[-2], set()).add(self.kinds[-1])
 
     def stop_counting(self, record: bool = False) -> None:
         """Close the counter; with ``record``, its count is the last batch's. Called without, it
@@ -103,26 +109,33 @@ class CostMeter(Callback):
     def fit_end(self, state: Any, logger: Any) -> None:
         self.stop_counting()
 
-    def _due(self, index: int) -> bool:
+    def _due(self, index: int, epoch_end: bool = False) -> bool:
         """Whether to count batch ``index``: always with ``every``=1 or at its multiples; else the
-        first batch; the one after a batch of a kind not counted yet, or after a batch of a kind
-        that such a kind followed (kinds that alternate, as Selective Backprop's selective and
-        plain steps), at most :data:`CHASES` times per kind (an epoch's short last batch is then
-        left to the estimate); and one more whenever the time spent counting stays within the budget."""
+        first batch; the one after a batch of a kind not counted yet (a run of one kind; tried once
+        per kind), or after a batch of a kind that such a kind followed (kinds that alternate, as
+        Selective Backprop's selective and plain steps), at most :data:`CHASES` times per kind;
+        and an epoch's last batch (``epoch_end``) when a kind met at an epoch's end is not counted
+        yet (an epoch's short last batch: the batch after it starts the next epoch, so only the
+        next epoch's end meets it again)."""
         if self.every is not None:
             return index % self.every == 0
-        if index == 0:
+        if index == 0 or (epoch_end and self._unmet - self._counted_kinds()):
             return True
         counted = self._counted_kinds()
-        wanted = [k for k in (self.kinds[-1], *self._before.get(self.kinds[-1], ())) if k not in counted
-                  and self._chased.get(k, 0) < CHASES]
-        if wanted:
-            for kind in wanted:
-                self._chased[kind] = self._chased.get(kind, 0) + 1
-            return True
-        loop = sum(self.seconds[1:])
-        cost = self._spent / max(1, len(self.counted) - 1) if len(self.counted) > 1 else sum(self.seconds[:1])
-        return self._spent + cost <= BUDGET * loop
+        last = self.kinds[-1]
+        wanted = [k for k in (*self._before.get(last, ()), *([last] if last not in self._tried else []))
+                  if k not in counted and k not in self._unmet and self._chased.get(k, 0) < CHASES]
+        self._tried.add(last)
+        for kind in wanted:
+            self._chased[kind] = self._chased.get(kind, 0) + 1
+        return bool(wanted)
+
+    def _per_count(self) -> float:
+        """What counting one batch costs: the counted batches' mean time beyond their kind's median;
+        before a second count, the first batch's whole time (an upper bound: it warms up too)."""
+        if len(self.counted) > 1:
+            return self._spent / (len(self.counted) - 1)
+        return self.seconds[0] if self.seconds else 0.0
 
     def _counted_kinds(self) -> set:
         return {self.kinds[i] for i in self.counted}
@@ -161,17 +174,29 @@ class CostMeter(Callback):
 
     def row(self) -> dict[str, Any]:
         """The run's costs: ``time`` (s), ``flops``, ``batches``, ``flops_counted`` (batches counted)
-        and ``counting_overhead`` (the counting's time beyond each kind's first batch, a share of
-        the loop's)."""
+        and ``counting_overhead`` (the counting's estimated time, every counted batch at
+        :meth:`_per_count`, a share of the loop's)."""
         loop = self.time()
         return {"time": loop, "flops": self.flops(), "batches": len(self.seconds), "flops_counted": len(self.counted),
-                "counting_overhead": self._spent / loop if loop > 0 else 0.0}
+                "counting_overhead": self._per_count() * len(self.counted) / loop if loop > 0 else 0.0}
 
 
 def _kind(state: Any) -> Hashable:
     """What fixes a batch's work: the shapes of the batch it trained on and how many parameters learn."""
     learning = sum(p.numel() for p in state.model.parameters() if p.requires_grad)
     return _shapes(state.batch), learning
+
+
+def _epoch_ends_next(state: Any) -> bool:
+    """Whether the batch about to load is its epoch's last."""
+    length = state.dataloader_len
+    return bool(length) and state.timestamp.batch_in_epoch == length - 1
+
+
+def _epoch_ended(state: Any) -> bool:
+    """Whether the batch just trained was its epoch's last (the timestamp has moved past it)."""
+    length = state.dataloader_len
+    return bool(length) and state.timestamp.batch_in_epoch >= length
 
 
 def _shapes(batch: Any) -> tuple:

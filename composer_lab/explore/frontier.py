@@ -32,7 +32,7 @@ from composer_lab.explore.identity import experiment_identity
 from composer_lab.explore.orderings import algorithm_names
 from composer_lab.explore.results import SweepFolder
 from composer_lab.explore.scheduler import Scheduler, SweepFailed
-from composer_lab.explore.speedup import COSTS, answer, curves, pareto, speedup_table
+from composer_lab.explore.speedup import COSTS, SPEEDUP_COLUMNS, answer, curves, pareto, speedup_table
 from composer_lab.explore.sweep import DEFAULT_METRIC
 from composer_lab.explore.sweep_orders import check_seeds
 from composer_lab.explore.trials import Trial, run_trial
@@ -124,7 +124,8 @@ class Frontier:
              stop: Optional[threading.Event] = None) -> pd.DataFrame:
         """Train seed by seed and stop training each candidate once its verdict is reached
         (:mod:`~composer_lab.explore.frontier_race`); returns :meth:`speedups` of what ran, the
-        runs the race trained and the full grid's count in ``attrs['runs']``, ``attrs['grid']``."""
+        runs the race trained and the full grid's count in ``attrs['runs']``, ``attrs['grid']`` (no
+        rows when ``stop`` ended it before its first look)."""
         from composer_lab.explore.frontier_race import FrontierRace
 
         race = FrontierRace(self, alpha, min_seeds, self._reference(reference), tolerance)
@@ -135,7 +136,12 @@ class Frontier:
                 on_result(row)
 
         self.collect(race.next_trial, record, stop, "race")
-        table = race.table()
+        try:
+            table = race.table()
+        except ValueError:
+            if stop is None or not stop.is_set():
+                raise
+            table = pd.DataFrame(columns=SPEEDUP_COLUMNS)  # stopped before the first look: no verdict yet
         table.attrs.update(runs=race.runs(), grid=len(self.trials()), trained=race.trained)
         return table
 
@@ -222,6 +228,20 @@ class Frontier:
         from composer_lab.explore.frontier_plot import plot_frontier
 
         return plot_frontier(self, reference=reference)
+
+    def to_mlflow(self, tracking_uri: Optional[str] = None, experiment_name: str = "composer_lab",
+                  reference: Optional[str] = None) -> str:
+        """Log the finished runs to MLflow (the ``mlflow`` extra) as a sweep's are: the frontier a
+        parent run (the :meth:`speedups` table, the :attr:`answer`), each (candidate, duration, seed)
+        a child with its metric and costs; exported again, only the runs new since are added
+        (:func:`~composer_lab.tracking.frontier_to_mlflow`). Returns the parent's id."""
+        from composer_lab.tracking.mlflow_export import frontier_to_mlflow
+
+        about = {"metric": self.metric, "cost": self.cost, "baseline": self.baseline,
+                 "candidates": ", ".join(self.candidates), "durations": ", ".join(self.durations),
+                 "seeds": self.seeds, "higher_is_better": self.higher_is_better}
+        table = self.speedups(reference)
+        return frontier_to_mlflow(self.folder.path, self._finished(), table, about, tracking_uri, experiment_name)
 
     def _reference(self, reference: Optional[str]) -> str:
         if reference is None:

@@ -1,5 +1,7 @@
 """The frontier panel: tick candidates, run a :class:`~composer_lab.explore.Frontier` in the
-background, and watch the quality-against-cost plot and the verdicts fill in as runs finish.
+background (every run of the grid, or with *race* ticked, :meth:`Frontier.race`: each candidate
+stops training once its verdict is reached), and watch the quality-against-cost plot and the
+verdicts fill in as runs finish.
 
 It drives the frontier as a :class:`~composer_lab.lab.background_run.BackgroundRun`
 (a daemon thread, Stop cancels every run not yet training, what finished stays in the folder:
@@ -18,23 +20,33 @@ import ipywidgets as widgets
 
 from composer_lab.explore import Frontier
 from composer_lab.explore.executors import default_workers
+from composer_lab.explore.frontier_race import FrontierRace
+from composer_lab.explore.speedup import answer
 from composer_lab.explore.sweep import DEFAULT_METRIC
 from composer_lab.lab.plots import figure_png
 from composer_lab.lab.background_run import BackgroundRun
 from composer_lab.lab.sweep_panel import SweepWork, on_executor
 
-__all__ = ["FrontierPanel"]
+__all__ = ["FrontierPanel", "MIN_SEEDS"]
+
+MIN_SEEDS = 3
+"""The seeds every candidate trains before a race's first look."""
+TOLERANCE = 0.05
+"""The smallest saving that matters (as :meth:`Frontier.speedups`' default)."""
 
 
 class FrontierPanel(widgets.VBox):
     """Widgets around :class:`~composer_lab.explore.Frontier`: ``candidates`` each with a checkbox
     (all ticked; the baseline always runs), ``durations``, ``seeds``, ``cost`` and ``metric`` as for
     the Frontier; ``workers`` local processes, or ``executor`` (a Dask ``Client``, an
-    ``InlineExecutor``); ``folder``: where frontiers go (None: a new temporary folder)."""
+    ``InlineExecutor``); ``folder``: where frontiers go (None: a new temporary folder); ``race``:
+    race instead of training the whole grid (a checkbox), at level ``alpha``, with ``seeds`` the
+    most seeds a candidate trains (at least :data:`MIN_SEEDS`)."""
 
     def __init__(self, make_trainer: Callable[[list, int, str], Any], candidates: dict, durations: Sequence[str],
                  seeds: int = 3, cost: str = "time", metric: str = DEFAULT_METRIC, workers: Optional[int] = None,
-                 folder: Union[str, Path, None] = None, executor: Any = None, baseline: str = "baseline") -> None:
+                 folder: Union[str, Path, None] = None, executor: Any = None, baseline: str = "baseline",
+                 race: bool = False, alpha: float = 0.05) -> None:
         self.make_trainer, self.candidates, self.durations = make_trainer, dict(candidates), list(durations)
         self.metric, self.cost, self.executor, self.baseline = metric, cost, executor, baseline
         self.folder = Path(folder) if folder is not None else Path(tempfile.mkdtemp(prefix="frontiers-"))
@@ -43,15 +55,19 @@ class FrontierPanel(widgets.VBox):
         self.seeds = widgets.BoundedIntText(value=seeds, min=2, max=1000, description="seeds")
         self.workers = widgets.BoundedIntText(value=workers or default_workers(), min=1, max=512,
                                               description="workers", disabled=executor is not None)
+        self.race = widgets.Checkbox(value=race, description="race (stop what is decided)", indent=False)
+        self.alpha = widgets.BoundedFloatText(value=alpha, min=0.001, max=0.5, step=0.01, description="alpha")
         self.run_button = widgets.Button(description="Run frontier", button_style="success", icon="play")
         self.stop_button = widgets.Button(description="Stop", button_style="danger", icon="stop", disabled=True)
         self.progress = widgets.IntProgress(value=0, min=0, max=1, description="runs")
         self.status, self.table, self.image = widgets.HTML(), widgets.HTML(), widgets.Image(format="png")
         self.frontier: Optional[Frontier] = None
         self.handle: Optional[BackgroundRun] = None
+        self.racer: Optional[FrontierRace] = None  # the race's verdicts, replayed from the folder
         self.run_button.on_click(lambda _: self.start())
         self.stop_button.on_click(lambda _: self.stop())
-        super().__init__([widgets.HBox(list(self.checks.values())), widgets.HBox([self.seeds, self.workers]),
+        super().__init__([widgets.HBox(list(self.checks.values())),
+                          widgets.HBox([self.seeds, self.workers, self.race, self.alpha]),
                           widgets.HBox([self.run_button, self.stop_button, self.progress]), self.status, self.table,
                           self.image])
 
@@ -60,7 +76,7 @@ class FrontierPanel(widgets.VBox):
         return {name: algorithms for name, algorithms in self.candidates.items() if self.checks[name].value}
 
     def start(self) -> BackgroundRun:
-        """Train the ticked candidates' pending runs in the background."""
+        """Train the ticked candidates' pending runs (or race them) in the background."""
         if self.handle is not None and not self.handle.done:
             raise RuntimeError("a frontier is running; stop it (or wait for it) before starting another")
         chosen = self.chosen()
@@ -68,7 +84,15 @@ class FrontierPanel(widgets.VBox):
             self.make_trainer, chosen, self.durations, seeds=range(self.seeds.value),
             folder=self.folder / _slug(chosen), metric=self.metric, cost=self.cost, executor=executor,
             baseline=self.baseline))
-        work = SweepWork(self.frontier, lambda row: self._show(), shutdown, None)
+        try:
+            self.racer = FrontierRace(self.frontier, self.alpha.value, MIN_SEEDS, self.durations[-2], TOLERANCE) \
+                if self.race.value else None
+        except BaseException:
+            if shutdown is not None:
+                shutdown()
+            raise
+        alpha = self.alpha.value if self.racer is not None else None  # (SweepWork races with its first argument)
+        work = SweepWork(self.frontier, lambda row: self._show(), shutdown, alpha)
         self.handle = BackgroundRun(work, name="composer_lab-frontier", on_done=self._finished)
         self.progress.max = len(self.frontier.trials())
         self.status.value = f"{self.frontier.describe().splitlines()[0]} in {self.frontier.folder.path}"
@@ -87,7 +111,7 @@ class FrontierPanel(widgets.VBox):
         self._show()
         self.status.value = (f"failed: {handle.error}" if handle is not None and handle.error is not None else
                              "stopped (start again to resume)" if handle is not None and handle.stopped else
-                             f"done: {self.frontier.answer}")
+                             f"done: {self._answer()}")
         self.run_button.disabled, self.stop_button.disabled = False, True
 
     def _show(self) -> None:
@@ -99,10 +123,23 @@ class FrontierPanel(widgets.VBox):
         if frontier.results().empty:
             return
         try:
-            self.table.value = frontier.speedups().to_html(index=False, float_format=lambda x: f"{x:.3g}", na_rep="")
+            self.table.value = self._verdicts().to_html(index=False, float_format=lambda x: f"{x:.3g}", na_rep="")
         except ValueError as err:  # not every candidate has a seed at every duration yet
             self.table.value = f"<p>{err}</p>"
         self.image.value = figure_png(frontier.plot())
+
+    def _verdicts(self) -> Any:
+        """The race's verdicts so far (decided candidates at the look that decided them), or the
+        speed-up table of every finished run."""
+        return self.racer.table() if self.racer is not None else self.frontier.speedups()
+
+    def _answer(self) -> str:
+        """The sentence; a race also names how many of the grid's runs it trained."""
+        if self.racer is None:
+            return self.frontier.answer
+        table = self.racer.table()
+        return (f"the race trained {len(self.frontier.results())} of the grid's {len(self.frontier.trials())} runs; "
+                f"{answer(table, self.frontier.metric, self.frontier.higher_is_better)}")
 
 
 def _slug(candidates: dict) -> str:

@@ -74,13 +74,49 @@ def test_time_leaves_out_the_first_and_the_counted_batches():
     assert row["time"] == sum(meter.seconds[1:]) + steady[len(steady) // 2]  # the first at the others' median
 
 
-def test_an_epochs_short_last_batch_is_estimated_not_chased():
+def test_an_epochs_short_last_batch_is_counted_at_the_next_epochs_end_not_chased():
     """10 examples in batches of 4: each epoch ends with a batch of 2. Counting the batch after it
-    finds a full one, so that kind is scaled from its neighbour by its size (exact for a linear
-    layer), and not chased again every epoch."""
+    would find a full one, so that kind is not chased; it is counted at the next epoch's end, once."""
     data = TensorDataset(torch.randn(10, 8), torch.randint(0, 4, (10,)))
     exact = _fit(torch.nn.Linear(8, 4), data, "3ep", [], every=1)
     sampled = _fit(torch.nn.Linear(8, 4), data, "3ep", [])
     assert [size // 8 for size in sampled.sizes] == [4, 4, 2] * 3
-    assert sampled.row()["flops_counted"] < 9
+    assert sorted(sampled.counted) == [0, 5]  # the first batch, and the second epoch's last
     assert sampled.flops() == exact.flops()
+
+def test_selective_backprop_with_short_last_batches_is_counted_exactly():
+    """10 examples in batches of 4, Selective Backprop on every other batch of the epoch: three
+    kinds (a selective step, a plain one, the short last batch, selective), each counted, so the
+    sampled count is exact."""
+    data = TensorDataset(torch.randn(10, 8), torch.randint(0, 4, (10,)))
+
+    def sb():
+        return [SelectiveBackprop(start=0.0, end=1.0, keep=0.5, scale_factor=1.0, interrupt=2)]
+
+    exact = _fit(torch.nn.Linear(8, 4), data, "3ep", sb(), every=1)
+    sampled = _fit(torch.nn.Linear(8, 4), data, "3ep", sb())
+    assert [size // 8 for size in sampled.sizes] == [2, 4, 1] * 3
+    assert sampled.row()["flops_counted"] < 9 and sampled.flops() == exact.flops()
+
+
+def test_the_lean_count_equals_torchs_flop_counter():
+    """FlopCount applies torch's formulas without FlopCounterMode's bookkeeping: the same total for
+    a training step of a CNN with batch norm, pooling, a linear head and an attention product."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from composer_lab.explore.flops import FlopCount
+    from composer_lab.models import SmallCNN
+
+    model, x = SmallCNN(in_channels=1, num_classes=4, width=4), torch.randn(6, 1, 8, 8)
+    q = torch.randn(2, 3, 5, 4, requires_grad=True)
+
+    def step() -> None:
+        loss = F.cross_entropy(model(x), torch.arange(6) % 4)
+        (loss + F.scaled_dot_product_attention(q, q, q).sum() + torch.einsum("bij,bjk->bik", q[0], q[1].mT).sum()
+         ).backward()
+
+    with FlopCounterMode(display=False) as reference:
+        step()
+    with FlopCount() as lean:
+        step()
+    assert lean.get_total_flops() == reference.get_total_flops() > 0
