@@ -6,7 +6,10 @@ duration i (plus 2% noise), so a candidate of speed s reaches any quality at 1/s
 :class:`~composer_lab.explore.frontier_race.FrontierRace` runs unchanged against a stand-in
 frontier that reveals a run of the pre-drawn grid when the race asks for it. A verdict is wrong
 when the truth contradicts it: ``speed-up`` for a true cost ratio of 1 or more, ``slower`` for
-1 or less, ``no gain`` for a ratio outside [1/(1+tolerance), 1+tolerance].
+1 or less, ``no gain`` for a ratio outside [1/(1+tolerance), 1+tolerance]; ``undecided`` is never
+wrong, and is counted apart: stopped for futility before the last seed (the seeds could hardly
+decide it), or still undecided at the last seed. Each noise level prints the runs trained (and the
+baseline's share of them), the wrong verdicts, and per candidate its verdicts and mean seeds used.
 
     python benchmarks/frontier_race.py                 # 200 experiments per noise level
     python benchmarks/frontier_race.py --experiments 50 --noise 0.005
@@ -104,8 +107,8 @@ def summary(found: pd.DataFrame) -> str:
              f"{found['baseline_runs'].sum() / found['runs'].sum():.0%} of them); wrong verdicts {wrong_count} of "
              f"{decided} decided ({wrong_count / max(1, decided):.2%}; experiments with any wrong verdict "
              f"{(found['wrong'] > 0).mean():.1%}; the null candidate 'same' wrong in {found['wrong_same'].mean():.1%}"
-             f"); undecided {1 - decided / verdicts:.1%} of verdicts (stopped before the last seed as beyond the "
-             f"seeds: {found['stopped_undecided'].sum() / verdicts:.1%}; at the last seed: "
+             f"); undecided {1 - decided / verdicts:.1%} of verdicts (stopped for futility before the last seed: "
+             f" {found['stopped_undecided'].sum() / verdicts:.1%}; at the last seed: "
              f"{(verdicts - decided - found['stopped_undecided'].sum()) / verdicts:.1%})"]
     for name in SPEEDS:
         if f"{name}/verdict" in found:

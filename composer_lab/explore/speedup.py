@@ -22,8 +22,9 @@ there; the lower end of the interval is then 0); one that never reaches it a low
 cost at the longest duration; the upper end is infinite). The verdict, with ``tolerance`` the
 smallest gain that matters: ``no gain`` when the interval lies within ``[1/(1+tolerance),
 1+tolerance]``, else ``speed-up`` when it lies below 1, ``slower`` above 1, else ``undecided``
-with how many more seeds would decide (the interval's width shrinks as one over the root of the
-seeds).
+with how many more seeds would decide (:func:`seeds_to_decide`: the fewest at which the
+interval, its spread per seed unchanged, would fit; its width shrinks as Student's quantile and
+one over the root of the seeds).
 """
 
 from __future__ import annotations
