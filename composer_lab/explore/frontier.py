@@ -122,10 +122,10 @@ class Frontier:
     def race(self, alpha: float = 0.05, min_seeds: int = 3, reference: Optional[str] = None,
              tolerance: float = 0.05, on_result: Optional[Callable[[dict], None]] = None,
              stop: Optional[threading.Event] = None) -> pd.DataFrame:
-        """Train seed by seed and stop training each candidate once its verdict is reached
-        (:mod:`~composer_lab.explore.frontier_race`); returns :meth:`speedups` of what ran, the
-        runs the race trained and the full grid's count in ``attrs['runs']``, ``attrs['grid']`` (no
-        rows when ``stop`` ended it before its first look)."""
+        """Train seed by seed and stop training each candidate once its verdict is reached, or once
+        the seeds could hardly reach it (``undecided``; :mod:`~composer_lab.explore.frontier_race`);
+        returns :meth:`speedups` of what ran, the runs the race trained and the full grid's count
+        in ``attrs['runs']``, ``attrs['grid']``."""
         from composer_lab.explore.frontier_race import FrontierRace
 
         race = FrontierRace(self, alpha, min_seeds, self._reference(reference), tolerance)

@@ -22,8 +22,9 @@ there; the lower end of the interval is then 0); one that never reaches it a low
 cost at the longest duration; the upper end is infinite). The verdict, with ``tolerance`` the
 smallest gain that matters: ``no gain`` when the interval lies within ``[1/(1+tolerance),
 1+tolerance]``, else ``speed-up`` when it lies below 1, ``slower`` above 1, else ``undecided``
-with how many more seeds would decide (the interval's width shrinks as one over the root of the
-seeds).
+with how many more seeds would decide (:func:`seeds_to_decide`: the fewest at which the
+interval, its spread per seed unchanged, would fit; its width shrinks as Student's quantile and
+one over the root of the seeds).
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ import pandas as pd
 
 from composer_lab.explore.stats import check_alpha
 
-__all__ = ["COSTS", "SPEEDUP_COLUMNS", "curves", "pareto", "speedup_table", "answer", "reach_bounds", "expanded_tail"]
+__all__ = ["COSTS", "SPEEDUP_COLUMNS", "curves", "pareto", "speedup_table", "answer", "reach_bounds", "expanded_tail",
+           "seeds_to_decide"]
 
 COSTS = {"time": "training-loop seconds", "flops": "FLOPs", "samples": "samples"}
 """The cost axes a frontier records, and their units."""
@@ -154,7 +156,7 @@ def _row(name: str, n: int, low: np.ndarray, high: np.ndarray, reference_cost: f
     its own curve reached the reference (``reach``)."""
     point = high[0] if math.isfinite(high[0]) else low[0] if low[0] > 0 else math.nan  # (a bound where censored)
     ci_low, ci_high = _ratio_interval(point, low[1:], high[1:], alpha, n)
-    verdict, more = _verdict(point, ci_low, ci_high, n, tolerance)
+    verdict, more = _verdict(point, ci_low, ci_high, n, tolerance, alpha)
     return [name, n, point * reference_cost, reach, point, ci_low, ci_high, 1 / point if point > 0 else math.nan,
             verdict, more]
 
@@ -185,7 +187,8 @@ def expanded_tail(alpha: float, n: int) -> float:
     return float(stats.norm.sf(math.sqrt(n / (n - 1)) * stats.t.isf(alpha / 2, n - 1)))
 
 
-def _verdict(point: float, low: float, high: float, n: int, tolerance: float) -> tuple[str, Optional[int]]:
+def _verdict(point: float, low: float, high: float, n: int, tolerance: float,
+             alpha: float) -> tuple[str, Optional[int]]:
     """The verdict of a ratio interval, and for ``undecided`` about how many more seeds would decide."""
     band = math.log1p(tolerance)
     if 1 / (1 + tolerance) <= low and high <= 1 + tolerance:
@@ -198,7 +201,27 @@ def _verdict(point: float, low: float, high: float, n: int, tolerance: float) ->
         return "undecided", None  # a bound, not an estimate: train longer or shorter durations to decide
     half, centre = (math.log(high) - math.log(low)) / 2, abs(math.log(point))
     gap = max(centre, band - centre)
-    return "undecided", max(1, math.ceil(n * (half / gap) ** 2) - n) if gap > 0 else None
+    return "undecided", seeds_to_decide(half, gap, n, alpha) - n if gap > 0 and n >= 2 else None
+
+
+def seeds_to_decide(half: float, gap: float, n: int, alpha: float) -> int:
+    """The fewest seeds (more than ``n``) at which a t-interval of half-width ``half`` at ``n``
+    seeds, its spread unchanged, would shrink to ``gap``: its half-width at m seeds is
+    ``half * t(m-1) / t(n-1) * sqrt(n / m)`` (Student's quantiles at ``alpha / 2``)."""
+    from scipy import stats
+
+    t_n = stats.t.isf(alpha / 2, n - 1)
+
+    def decides(m: int) -> bool:
+        return half * stats.t.isf(alpha / 2, m - 1) / t_n * math.sqrt(n / m) <= gap
+
+    low, high = n, n + 1
+    while not decides(high):
+        low, high = high, 2 * high
+    while high - low > 1:  # decides(high), not decides(low)
+        middle = (low + high) // 2
+        low, high = (low, middle) if decides(middle) else (middle, high)
+    return high
 
 
 def answer(table: pd.DataFrame, metric: str, higher_is_better: bool = True) -> str:
