@@ -125,7 +125,7 @@ class Frontier:
         """Train seed by seed and stop training each candidate once its verdict is reached, or once
         the seeds could hardly reach it (``undecided``; :mod:`~composer_lab.explore.frontier_race`);
         returns :meth:`speedups` of what ran, the runs the race trained and the full grid's count
-        in ``attrs['runs']``, ``attrs['grid']``."""
+        in ``attrs['runs']``, ``attrs['grid']`` (no rows when ``stop`` ended it before its first look)."""
         from composer_lab.explore.frontier_race import FrontierRace
 
         race = FrontierRace(self, alpha, min_seeds, self._reference(reference), tolerance)
