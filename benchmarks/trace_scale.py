@@ -16,6 +16,12 @@ arrow memory) and a query ('calls of SelectiveBackprop between batches 1,000 and
 memory, so it runs fewer steps (default 20,000) and is extrapolated linearly. Writes
 benchmarks/results/trace_scale.json.
 
+``--child --steps N`` runs the tree on PYTHONPATH alone and prints its JSON: at each mark
+``trace_memory_bytes`` (the rows in memory, deep size: the columns' arrays and lists, or where a
+tree keeps records, their tuples and numbers; plus arrow's allocated memory and the chunk list),
+``rss_bytes`` (the process's, a check), the checkpoint's time and size; then ``us_per_step``,
+``query_s`` and ``record_ns`` (the trace's own cost of recording a call and an event).
+
     python benchmarks/trace_scale.py [--steps 200000] [--before-steps 20000] [--before /tmp/before]
 """
 
@@ -71,11 +77,13 @@ def numbers_bytes(values) -> int:
 
 
 def rows_bytes(trace) -> int:
-    """Deep size of the rows in memory: their lists, each row's tuple where a trace keeps one
-    (before the flat lists of fields), and the numbers they alone hold (strings, labels and the
-    asked / changed tuples are shared between rows)."""
-    if hasattr(trace, "event_fields"):
-        return sum(sys.getsizeof(fields) + numbers_bytes(fields) for fields in (trace.event_fields, trace.call_fields))
+    """Deep size of the rows in memory: each column (a list: its pointers and the numbers only it
+    holds, as the strings, labels and ``changed`` tuples are shared between rows; an array: its
+    buffer) where the trace holds columns (``_events``, ``_calls``); else, a trace of records,
+    their list, each record's tuple and its numbers."""
+    if hasattr(getattr(trace, "_events", None), "columns"):
+        return sum(sys.getsizeof(column) + (numbers_bytes(column) if isinstance(column, list) else 0)
+                   for rows in (trace._events, trace._calls) for column in rows.columns)
     return sum(sys.getsizeof(rows) + sum(sys.getsizeof(row) + numbers_bytes(row) for row in rows)
                for rows in (trace.event_rows, trace.invocation_rows))
 
@@ -87,6 +95,36 @@ def trace_memory(trace) -> int:
     held = rows_bytes(trace)
     store = getattr(trace, "_store", None)
     return held + (pa.total_allocated_bytes() + len(json.dumps(store.chunks)) if store is not None else 0)
+
+
+def rss_bytes() -> int:
+    """The process's resident memory now (Linux; 0 elsewhere): a check on the trace's own count."""
+    statm = Path("/proc/self/statm")
+    return int(statm.read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") if statm.exists() else 0
+
+
+def record_ns(repeats: int = 20, rows: int = 20_000) -> dict[str, float]:
+    """The trace's own cost of recording a row, ``Trace.add_call`` and ``Trace.add_event`` of
+    records built beforehand (CPU time, the best of ``repeats`` runs of ``rows`` rows, no spill)."""
+    from composer_lab.core.trace import EventRecord, InvocationRecord
+
+    call = InvocationRecord(seq=100_000, event="batch_end", batch=5_000, name="EMA", kind="algorithm", matched=False,
+                            order=None, exit_code=None, duration=None, changed=None, error=None, closure_call=0,
+                            epoch=5)
+    event = EventRecord(seq=100_000, event="batch_end", epoch=5, batch=5_000, batch_in_epoch=0, microbatch=None,
+                        t_start=1.0, t_end=2.0, closure_call=0)
+
+    def best(add_name: str, record) -> float:
+        times = []
+        for _ in range(repeats):
+            add = getattr(Trace("all", chunk_rows=1 << 40), add_name)
+            t0 = time.process_time()
+            for _ in range(rows):
+                add(record)
+            times.append(time.process_time() - t0)
+        return 1e9 * min(times) / rows
+
+    return {"add_call": best("add_call", call), "add_event": best("add_event", event)}
 
 
 def checkpoint_seconds(trace, folder: Path) -> tuple[float, int]:
@@ -107,7 +145,6 @@ def checkpoint_seconds(trace, folder: Path) -> tuple[float, int]:
 def query_seconds(trace) -> dict[str, float]:
     """Time to answer the issue's two questions (before: from the whole frames), nothing cached."""
     trace._cache.clear()
-    trace._tail = (None, {})  # (after: the rows in memory as columns; before: unused)
     times = {}
     t0 = time.perf_counter()
     if hasattr(trace, "query"):
@@ -131,7 +168,6 @@ def query_seconds(trace) -> dict[str, float]:
 def build_seconds(trace) -> float:
     """Time to build the whole ``trace.invocations`` frame, nothing cached."""
     trace._cache.clear()
-    trace._tail = (None, {})
     t0 = time.perf_counter()
     assert len(trace.invocations) > 0
     return time.perf_counter() - t0
@@ -177,7 +213,7 @@ def run(steps: int, marks: list[int], chunk_rows: int) -> dict:
                 t_train += time.perf_counter() - t0
                 seconds, size = checkpoint_seconds(trace, folder)
                 out["marks"][step] = {"checkpoint_s": seconds, "checkpoint_bytes": size,
-                                      "trace_memory_bytes": trace_memory(trace),
+                                      "trace_memory_bytes": trace_memory(trace), "rss_bytes": rss_bytes(),
                                       "rows_in_memory": len(trace.event_rows) + len(trace.invocation_rows),
                                       "chunk_bytes_on_disk": sum(p.stat().st_size for p in folder.rglob("*.parquet"))}
                 if step == 20_000:
@@ -186,6 +222,7 @@ def run(steps: int, marks: list[int], chunk_rows: int) -> dict:
     t_train += time.perf_counter() - t0
     out["us_per_step"] = 1e6 * t_train / steps
     out["query_s"] = query_seconds(trace)
+    out["record_ns"] = record_ns()
     shutil.rmtree(folder)
     return out
 

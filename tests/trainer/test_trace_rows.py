@@ -1,6 +1,6 @@
-"""The trace's rows in memory are one object each, its named record, and nothing else per row stays
-behind (memory per step is the records'). And a read of a trace that has no new rows copies none
-(a copy of the lists holds up a run writing in another thread)."""
+"""The trace's rows in memory are columns (core/trace/columns.py): no object per row stays behind
+(memory per step is bytes in the columns). And a read of a trace that has no new rows copies none
+(a copy of the rows holds up a run writing in another thread)."""
 
 from __future__ import annotations
 
@@ -30,12 +30,12 @@ def _objects_kept(trace: str) -> tuple[int, int]:
     return sum(kept.values()), len(trainer.trace.event_rows) + len(trainer.trace.invocation_rows)
 
 
-def test_a_traced_fit_keeps_one_object_per_row():
+def test_a_traced_fit_keeps_no_object_per_row():
     _objects_kept("all")  # (warm up: first-time imports and caches)
     traced, rows = min(_objects_kept("all") for _ in range(2))
     untraced, _ = min(_objects_kept("off") for _ in range(2))
     assert rows > 1000
-    assert traced - untraced < 1.2 * rows  # (each row's record, nothing more per row)
+    assert traced - untraced < 0.05 * rows  # (the rows are columns: no record, no object per row)
 
 
 def test_a_read_without_new_rows_copies_none(monkeypatch):

@@ -10,8 +10,9 @@ import pandas as pd
 import pyarrow as pa
 
 from composer_lab.core.event import Event
+from composer_lab.core.trace.columns import Rows
 from composer_lab.core.trace.schema import (DTYPES, EVENT_COLUMNS, INVOCATION_COLUMNS, INVOCATION_SCHEMA,
-                                            NOTE_COLUMNS, STORED, SCHEMAS)
+                                            NOTE_COLUMNS, SCHEMAS, STORED, Column)
 from composer_lab.core.trace.storage import Bounds, ChunkStore, to_table
 
 __all__ = ["to_tables", "read", "notes_frame", "write_parquet", "read_parquet"]
@@ -19,14 +20,24 @@ __all__ = ["to_tables", "read", "notes_frame", "write_parquet", "read_parquet"]
 _PHASE_OF = {e.value: e.phase for e in Event}
 
 
-def _columns(records: list, table: str) -> dict[str, list]:
-    """The records as columns by name, each encoded as its chunk stores it."""
-    columns = {c.name: [getattr(r, c.name) for r in records] for c in SCHEMAS[table] if c.recorded}
-    return {c.name: c.encode(columns[c.name]) if c.encode else columns[c.name] for c in SCHEMAS[table] if c.recorded}
+def _columns(rows: Rows, table: str) -> dict[str, Any]:
+    """The rows' columns by name, each as its chunk stores it (:func:`_stored`)."""
+    return {c.name: _stored(c, rows.column(c.name)) for c in SCHEMAS[table] if c.recorded}
 
 
-def to_tables(events: list, calls: list, t0: float) -> dict[str, pa.Table]:
-    """Records of the engine as arrow tables laid out as the chunks: times from the trace's start."""
+def _stored(column: Column, values: Any) -> Any:
+    """A column's values as its chunk stores them: encoded as the schema says, or an array (a copy
+    of the column's) read by numpy as the stored type."""
+    if column.encode is not None:
+        return column.encode(values)
+    if column.held is None:
+        return values
+    numbers = np.frombuffer(values, values.typecode)
+    return numbers.astype(column.stored, copy=False) if column.stored else numbers
+
+
+def to_tables(events: Rows, calls: Rows, t0: float) -> dict[str, pa.Table]:
+    """The engine's rows as arrow tables laid out as the chunks: times from the trace's start."""
     ev, cl = _columns(events, "events"), _columns(calls, "invocations")
     t_start = np.asarray(ev["t_start"], dtype=float)
     ev.update(t_start=t_start - t0, duration=np.asarray(ev["t_end"], dtype=float) - t_start)

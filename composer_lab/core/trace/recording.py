@@ -1,7 +1,8 @@
 """The trace: a record of every event fired and every algorithm / callback call, as pandas.
 
-The engine appends named records (:class:`EventRecord`, :class:`InvocationRecord`) to two lists;
-every ``chunk_rows`` events :meth:`Trace.spill` writes them to parquet (a
+The engine appends named records (:class:`EventRecord`, :class:`InvocationRecord`); the trace
+holds their fields as columns (:class:`~composer_lab.core.trace.columns.Columns`: a row costs
+bytes, not objects), and every ``chunk_rows`` events :meth:`Trace.spill` writes them to parquet (a
 :class:`~composer_lab.core.trace.storage.ChunkStore`), so the memory a trace holds is bounded
 however long the run. :attr:`Trace.events`, :attr:`Trace.invocations` and :attr:`Trace.notes`
 are the whole DataFrames; :meth:`Trace.query` reads only the chunks and rows a question needs.
@@ -23,8 +24,9 @@ import pandas as pd
 
 from composer_lab.core.callback import INTERNAL_PREFIX
 from composer_lab.core.trace import queries
-from composer_lab.core.trace.schema import (DTYPES, KEYS, STORED, TRACE_FORMAT, TRACE_LEVELS, EventRecord,
-                                            InvocationRecord, NoteRecord)
+from composer_lab.core.trace.columns import Columns, Rows
+from composer_lab.core.trace.schema import (DTYPES, EVENT_SCHEMA, INVOCATION_SCHEMA, KEYS, STORED, TRACE_FORMAT,
+                                            TRACE_LEVELS, EventRecord, InvocationRecord, NoteRecord)
 from composer_lab.core.trace.storage import Bounds, ChunkStore, table_from_bytes
 
 __all__ = ["Trace"]
@@ -32,11 +34,11 @@ __all__ = ["Trace"]
 
 class Snapshot(NamedTuple):
     """The trace at one moment, what a read works from while a run in another thread writes on:
-    the chunks written then, copies of the rows in memory then, the labels' classes then."""
+    the chunks written then, the rows in memory then, the labels' classes then."""
 
     store: ChunkStore
-    events: list
-    calls: list
+    events: Rows
+    calls: Rows
     notes: list
     classes: dict
     version: int
@@ -56,8 +58,7 @@ class Trace:
         self.level, self.chunk_rows, self.seq, self._t0 = level, chunk_rows, -1, time.perf_counter()
         self.recording, self.records_unmatched = level != "off", level == "all"
         self.meta: dict[str, Any] = {}
-        self._events: list[EventRecord] = []
-        self._calls: list[InvocationRecord] = []
+        self._events, self._calls = Columns(EVENT_SCHEMA), Columns(INVOCATION_SCHEMA)
         self._notes: list[NoteRecord] = []
         self._store = ChunkStore(folder, KEYS)
         self._lock = threading.Lock()
@@ -65,7 +66,7 @@ class Trace:
         self._labels: dict[int, tuple[Any, str]] = {}  # id -> (the object, held so that its id stays its own; label)
         self._label_counts: dict[str, int] = {}
         self._classes: dict[str, str] = {}  # label -> class name
-        self._cache: dict[str, tuple[int, pd.DataFrame]] = {}
+        self._cache: dict[str, tuple[int, pd.DataFrame]] = {}  # (frames read since the last event)
         self._loaded: Optional[dict[str, pd.DataFrame]] = None  # frames given to from_frames
 
     # -- recording (called by the engine) ---------------------------------------------------
@@ -88,10 +89,14 @@ class Trace:
             self._version += 1
 
     def add_event(self, record: EventRecord) -> None:
-        """Record an event, after its calls; every ``chunk_rows`` events the rows go to a chunk."""
+        """Record an event, after its calls; every ``chunk_rows`` events the rows go to a chunk. The
+        frames read before it are let go: an outdated frame of a whole trace held on would
+        outweigh the rows in memory (a read after it builds the frame again)."""
         with self._lock:
             self._events.append(record)
             self._version += 1
+            if self._cache:
+                self._cache.clear()
             if len(self._events) >= self.chunk_rows:
                 self._spill()
 
@@ -99,13 +104,15 @@ class Trace:
     def event_rows(self) -> list[EventRecord]:
         """The records in memory of the events not yet spilled (a copy)."""
         with self._lock:
-            return list(self._events)
+            rows = self._events.rows()
+        return rows.records(EventRecord)
 
     @property
     def invocation_rows(self) -> list[InvocationRecord]:
         """The records in memory of the calls not yet spilled (a copy)."""
         with self._lock:
-            return list(self._calls)
+            rows = self._calls.rows()
+        return rows.records(InvocationRecord)
 
     def note(self, kind: str, text: str, timestamp: Any = None) -> None:
         """Record something that is not an event: a setting changed from a widget, an
@@ -121,8 +128,8 @@ class Trace:
             self._spill()
 
     def _spill(self) -> None:
-        self._store.write(queries.to_tables(self._events, self._calls, self._t0))
-        self._events, self._calls = [], []
+        self._store.write(queries.to_tables(self._events.rows(), self._calls.rows(), self._t0))
+        self._events, self._calls = Columns(EVENT_SCHEMA), Columns(INVOCATION_SCHEMA)
         self._version += 1
 
     def spill_to(self, folder: Union[str, os.PathLike]) -> None:
@@ -133,7 +140,7 @@ class Trace:
 
     def _snapshot(self) -> Snapshot:
         with self._lock:
-            return Snapshot(self._store.view(), list(self._events), list(self._calls), list(self._notes),
+            return Snapshot(self._store.view(), self._events.rows(), self._calls.rows(), list(self._notes),
                             dict(self._classes), self._version)
 
     # -- reading ----------------------------------------------------------------------------
@@ -255,6 +262,6 @@ class Trace:
         store = snapshot.store
         events = store.rows("events") + store.tail_rows("events") + len(snapshot.events)
         calls = (store.rows("invocations", "matched") + store.tail_rows("invocations", "matched")
-                 + sum(1 for call in snapshot.calls if call.matched))
+                 + sum(snapshot.calls.column("matched")))
         return (f"Trace(level={self.level!r}, events={events}, calls={calls}, "
                 f"notes={len(snapshot.notes)}, chunks={len(store.chunks)})")

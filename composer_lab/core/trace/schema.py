@@ -21,7 +21,10 @@ class Column(NamedTuple):
     the frame (None: not in the frame); ``stored``: its type in a parquet chunk, a name of
     :mod:`composer_lab.core.trace.storage`'s types (None: not stored); ``recorded``: whether the
     engine's record holds it; ``encode`` / ``decode``: how its recorded values are written to a
-    chunk and read back (None: as they are)."""
+    chunk and read back (None: as they are); ``held``: the :mod:`array` type code of the column
+    that holds its recorded values in memory, so that a row costs bytes, not objects: 'q' an int,
+    'i' an int below 2**31, 'd' a float, 'b' a bool; None: a list (for values that may be None or
+    are objects: nulls, the shared strings and tuples)."""
 
     name: str
     dtype: Any = None
@@ -29,6 +32,7 @@ class Column(NamedTuple):
     recorded: bool = True
     encode: Optional[Callable[[list], list]] = None
     decode: Optional[Callable[[Any], Any]] = None
+    held: Optional[str] = None
 
 
 def _from_json(text: Any) -> Any:
@@ -47,35 +51,35 @@ _PHASE_DTYPE = pd.CategoricalDtype(["fit", "eval", "predict"])
 _KIND_DTYPE = pd.CategoricalDtype(["algorithm", "callback"])
 
 EVENT_SCHEMA = (
-    Column("seq", "int64", "int64"),
+    Column("seq", "int64", "int64", held="q"),
     Column("phase", _PHASE_DTYPE, recorded=False),  # (the event's, when read)
     Column("event", _EVENT_DTYPE, "category"),  # (recorded as the Event's value)
-    Column("epoch", "int64", "int64"),
-    Column("batch", "int64", "int64"),
-    Column("batch_in_epoch", "int64", "int64"),
+    Column("epoch", "int64", "int64", held="i"),
+    Column("batch", "int64", "int64", held="q"),
+    Column("batch_in_epoch", "int64", "int64", held="q"),
     Column("microbatch", "Int64", "Int64"),
-    Column("t_start", "float64", "float64"),  # (recorded: perf_counter; stored: seconds since the trace began)
-    Column("t_end"),  # (perf_counter)
+    Column("t_start", "float64", "float64", held="d"),  # (recorded: perf_counter; stored: s since the trace began)
+    Column("t_end", held="d"),  # (perf_counter)
     Column("duration", "float64", "float64", recorded=False),
-    Column("closure_call", "int64", "int64"),  # (which call of the optimizer's closure in the batch: 0, SAM's 1)
+    Column("closure_call", "int64", "int64", held="i"),  # (which call of the optimizer's closure: 0, SAM's 1)
 )
 """One row per fired event."""
 
 INVOCATION_SCHEMA = (
-    Column("seq", "int64", "int64"),
+    Column("seq", "int64", "int64", held="q"),
     Column("event", _EVENT_DTYPE, "category"),
-    Column("batch", "int64", "int64"),
+    Column("batch", "int64", "int64", held="q"),
     Column("name", "category", "category"),  # (the trace's label of the instance)
     Column("cls", "category", recorded=False),
     Column("kind", _KIND_DTYPE, "category"),
-    Column("matched", "bool", "bool"),  # (False: asked, said no or did not run; only at level 'all')
+    Column("matched", "bool", "bool", held="b"),  # (False: asked, said no or did not run; only at level 'all')
     Column("order", "Int64", "Int64"),
     Column("exit_code", "object", "object", encode=to_json, decode=_from_json),  # (what the call returned)
     Column("duration", "float64", "float64"),
     Column("changed", "object", "strings", decode=_field_names),  # (a tuple of TRACKED_FIELDS)
     Column("error", "string", "string"),  # ('Type: message' if it raised)
-    Column("closure_call", "int64", "int64"),
-    Column("epoch", stored="int64"),  # (both tables filter on it)
+    Column("closure_call", "int64", "int64", held="i"),
+    Column("epoch", stored="int64", held="i"),  # (both tables filter on it)
 )
 """One row per algorithm or callback call, and at level 'all' one per algorithm asked that did
 not run (``matched`` False)."""
