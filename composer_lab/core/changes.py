@@ -23,6 +23,7 @@ and removed after. What they cannot see is listed in docs/trace.md ("What `chang
 
 from __future__ import annotations
 
+import operator
 from contextlib import contextmanager
 from typing import Any, Iterator, NamedTuple, Optional
 
@@ -36,6 +37,7 @@ from composer_lab.core.state import TRACKED_FIELDS
 __all__ = ["ChangeObserver", "NoObserver", "CallWrites", "UndeclaredWrite"]
 
 _STEP_FIELDS = TRACKED_FIELDS[:3]  # batch, outputs, loss: compared by their tensors' versions
+_tracked_fields = operator.attrgetter(*TRACKED_FIELDS)  # state -> (batch, outputs, loss, model, optimizers)
 _BOUNDARY_EVENTS = frozenset({Event.INIT, Event.BEFORE_LOAD, Event.AFTER_LOAD, Event.FIT_START,
                               Event.EVAL_STANDALONE_START, Event.PREDICT_START, Event.EVAL_BEFORE_ALL})
 """Events after which code outside the engine may have rebuilt the model: its walk is taken afresh."""
@@ -49,17 +51,18 @@ def _version(value: Any) -> Optional[int]:
     return value._version if isinstance(value, torch.Tensor) else None
 
 
-def _data_signature(value: Any) -> tuple[Any, tuple]:
+def _data_signature(value: Any, versions: bool) -> tuple[Any, tuple]:
     """What tells an in-place change of ``value`` (a tensor, or a tuple / list / dict of them, one
     level deep) and the tensors it holds. A tuple's items cannot change while it is held: their
-    versions; a list's or dict's items can: their keys, ids and versions."""
+    versions; a list's or dict's items can: their keys, ids and versions. Without ``versions``
+    (a watched call, whose mode sees the in-place writes) only a list's or dict's items are read."""
     if isinstance(value, torch.Tensor):
-        return value._version, (value,)
+        return value._version if versions else None, (value,)
+    if isinstance(value, tuple):
+        return tuple([_version(item) for item in value]) if versions else None, value
     if isinstance(value, (list, dict)):
         items = list(value.items() if isinstance(value, dict) else enumerate(value))
         return tuple((key, id(item), _version(item)) for key, item in items), tuple(item for _, item in items)
-    if isinstance(value, tuple):
-        return tuple(_version(item) for item in value), value
     return None, ()
 
 
@@ -69,26 +72,31 @@ def _learning_rates(optimizers: Any) -> list:
 
 class Fields(NamedTuple):
     """The State as one call found it: the five fields' objects, the data signatures of batch,
-    outputs and loss, the items they hold (kept, so that their ids stay theirs), the learning rates."""
+    outputs and loss (read with or without their tensors' ``versions``), the items they hold
+    (kept, so that their ids stay theirs), the learning rates."""
 
     objects: tuple
     data: tuple
     held: tuple
     lrs: list
+    versions: bool
 
     @classmethod
-    def of(cls, state: Any) -> "Fields":
-        batch, outputs, loss = state.batch, state.outputs, state.loss
-        (b, b_held), (o, o_held), (ls, l_held) = _data_signature(batch), _data_signature(outputs), _data_signature(loss)
-        return cls((batch, outputs, loss, state.model, state.optimizers), (b, o, ls), (b_held, o_held, l_held),
-                   _learning_rates(state.optimizers))
+    def of(cls, state: Any, versions: bool = True) -> "Fields":
+        objects = batch, outputs, loss, _, optimizers = _tracked_fields(state)
+        (b, b_held), (o, o_held), (ls, l_held) = (_data_signature(batch, versions), _data_signature(outputs, versions),
+                                                  _data_signature(loss, versions))
+        return cls(objects, (b, o, ls), (b_held, o_held, l_held), _learning_rates(optimizers), versions)
 
     def tensors(self) -> list[tuple[str, torch.Tensor]]:
         """The step's tensors with the field each belongs to."""
         return [(name, t) for name, held in zip(_STEP_FIELDS, self.held) for t in held if isinstance(t, torch.Tensor)]
 
     def differing(self, now: "Fields") -> list[str]:
-        """The fields replaced, mutated (a data signature) or, for the optimizers, with another learning rate."""
+        """The fields replaced, mutated (a data signature) or, for the optimizers, with another
+        learning rate; the usual answer, none, told by three comparisons."""
+        if all(map(operator.is_, self.objects, now.objects)) and self.data == now.data and self.lrs == now.lrs:
+            return []
         changed = [name for name, was, is_ in zip(TRACKED_FIELDS, self.objects, now.objects) if was is not is_]
         changed += [name for name, was, is_ in zip(_STEP_FIELDS, self.data, now.data) if was != is_]
         return changed + (["optimizers"] if self.lrs != now.lrs else [])
@@ -128,7 +136,7 @@ class CallWrites(TorchFunctionMode):
     storage and ``requires_grad``, before the function runs. :meth:`wrote` names the fields
     whose noted tensors moved."""
 
-    def __init__(self, params: frozenset, storages: frozenset, step: list[tuple[str, torch.Tensor]]) -> None:
+    def __init__(self, params: frozenset, storages: frozenset, step: Fields) -> None:
         super().__init__()
         self.params, self.storages, self.step = params, storages, step
         self.noted: dict[int, tuple] = {}
@@ -137,8 +145,9 @@ class CallWrites(TorchFunctionMode):
     def _step_maps(self) -> tuple[dict, dict]:
         """The step's tensors by id and by storage, each to its field."""
         if self._step_fields is None:
-            self._step_fields = ({id(t): name for name, t in self.step},
-                                 {storage: name for storage, name in ((_storage(t), name) for name, t in self.step)
+            tensors = self.step.tensors()
+            self._step_fields = ({id(t): name for name, t in tensors},
+                                 {storage: name for storage, name in ((_storage(t), name) for name, t in tensors)
                                   if storage})
         return self._step_fields
 
@@ -179,7 +188,9 @@ class _Call(NamedTuple):
 
 class ChangeObserver:
     """Names the State fields each call changed: :meth:`before` each call, :meth:`after` it
-    (nested calls, an event fired from inside a call, are answered inside out). With
+    (nested calls, an event fired from inside a call, are answered inside out) and
+    :meth:`event_end` after an event's calls: within an event the State a call left is the one
+    the next call finds, so it is taken once between two calls. With
     ``check_writes`` no ``writes`` declaration is trusted: every call is signed, and :meth:`after`
     raises :class:`UndeclaredWrite` at a call that changed a field its declaration leaves out."""
 
@@ -189,6 +200,7 @@ class ChangeObserver:
         """How many modules and parameters were registered anywhere while :meth:`watching`."""
         self._depth, self._handles, self._calls = 0, [], []
         self._walk: Optional[tuple] = None  # (model, registrations, Walk, params' ids, their storages)
+        self._left: Optional[Fields] = None  # the State as the last call of the event under way left it
 
     @contextmanager
     def watching(self) -> Iterator[None]:
@@ -216,15 +228,29 @@ class ChangeObserver:
         writes = getattr(obj, "writes", None)
         declared = writes.get(event) if isinstance(writes, dict) else writes
         declared = declared if isinstance(declared, frozenset) else None
-        fields, how, model = Fields.of(self.state), "signed", None
-        if declared is not None and "model" not in declared and not self.check_writes:
-            how = "trusted"
-        elif self._depth and not self.check_writes:
-            how, model = "watched", self._watch(fields, event)
-        else:
+        how = self._how(declared)
+        fields, model = self._fields(versions=how != "watched"), None
+        if how == "watched":
+            model = self._watch(fields, event)
+        elif how == "signed":
             walk = Walk.of(self.state.model)
             model = (walk.ids, walk.flags())
         self._calls.append(_Call(fields, declared, how, model, self.registrations, event))
+
+    def _how(self, declared: Optional[frozenset]) -> str:
+        """How a call that ``declared`` its writes is compared: 'trusted', 'watched' or 'signed'."""
+        if self.check_writes:
+            return "signed"
+        if declared is not None and "model" not in declared:
+            return "trusted"
+        return "watched" if self._depth else "signed"
+
+    def _fields(self, versions: bool) -> Fields:
+        """The State now: as the event's last call left it, when that one was read as fully."""
+        left, self._left = self._left, None
+        if left is not None and (left.versions or not versions):
+            return left
+        return Fields.of(self.state, versions)
 
     def _watch(self, fields: Fields, event: Event) -> CallWrites:
         """A :class:`CallWrites` over the model's parameters (walked again only when the model,
@@ -235,7 +261,7 @@ class ChangeObserver:
             walk = Walk.of(model)
             self._walk = (model, self.registrations, walk, frozenset(walk.ids[1]),
                           frozenset(map(_storage, walk.params)) - {0})
-        mode = CallWrites(self._walk[3], self._walk[4], fields.tensors())
+        mode = CallWrites(self._walk[3], self._walk[4], fields)
         mode.__enter__()
         return mode
 
@@ -243,7 +269,10 @@ class ChangeObserver:
         """The tracked fields ``obj``'s call replaced or mutated, in the order of ``TRACKED_FIELDS``."""
         call = self._calls.pop()
         changed = self._model_changed(call)  # (first: a watched call's mode is left before the state is read)
-        changed.update(call.fields.differing(Fields.of(self.state)))
+        self._left = Fields.of(self.state, call.fields.versions)
+        changed.update(call.fields.differing(self._left))
+        if not changed:
+            return ()
         fields = tuple(name for name in TRACKED_FIELDS if name in changed)
         undeclared = [name for name in fields if call.declared is not None and name not in call.declared]
         if self.check_writes and undeclared:
@@ -269,6 +298,11 @@ class ChangeObserver:
                 wrote.add("model")
         return wrote
 
+    def event_end(self) -> None:
+        """The event's calls are over: what runs next (the trainer) may change the State, and the
+        step's tensors are let go of."""
+        self._left = None
+
 
 class NoObserver:
     """The observer of a trace that records nothing: it compares nothing."""
@@ -282,3 +316,6 @@ class NoObserver:
 
     def after(self, obj: Any) -> tuple[str, ...]:
         return ()
+
+    def event_end(self) -> None:
+        """Nothing held."""

@@ -40,6 +40,9 @@ Traces = Mapping[str, AlgorithmTrace]
 (``'CutMix/after_dataloader'``) to the :class:`AlgorithmTrace` of each algorithm that ran, in run
 order (a read-only view of a dict)."""
 
+NO_TRACES: Traces = MappingProxyType({})
+"""The :data:`Traces` of an event at which no algorithm ran."""
+
 
 class Listeners(NamedTuple):
     """Who listens at one event: the algorithms asked ``match`` there, the callbacks run there."""
@@ -167,7 +170,7 @@ class Engine:
     def _listeners(self, event: Event) -> Listeners:
         """Who listens at ``event``, worked out again from ``state.algorithms`` and
         ``state.callbacks`` after either was assigned or edited. A closed engine refuses here."""
-        if self.closed:
+        if self._closer.closed:
             raise RuntimeError(f"the engine was closed, so it cannot run {event.value}; build a new Trainer "
                                f"(or Engine) to train again")
         if self._generation != EditCountingList.generation:
@@ -183,24 +186,23 @@ class Engine:
     # -- running ------------------------------------------------------------------------------
     def run_event(self, event: Union[Event, str]) -> Traces:
         """Run ``event``: match, order, apply, record; the :data:`Traces` of the algorithms that ran."""
-        event = Event(event)
-        listeners = self._listeners(event)
+        event = event if isinstance(event, Event) else Event(event)
+        algorithms, callbacks = self._listeners(event)
         self.event, self.logger.phase = event, event.phase
         self.trace.seq = seq = self.trace.seq + 1
         t_start, called, codes = perf_counter(), [], []
         try:
             if event is Event.INIT:
-                _claim_callbacks(self.state.callbacks, self._closer)
-                self._call_all(listeners.callbacks, "callback", event, seq, [])  # on INIT, callbacks first
-            matched = [a for a in listeners.algorithms if a.match(event, self.state)]
-            ordered = self._order(matched, event)
+                _claim_callbacks(callbacks, self._closer)
+                self._call_all(callbacks, "callback", event, seq, [])  # on INIT, callbacks first
+            ordered = self._order([a for a in algorithms if a.match(event, self.state)], event)
             codes = self._call_all(ordered, "algorithm", event, seq, called)
-            if event is not Event.INIT:
-                self._call_all(listeners.callbacks, "callback", event, seq, [])
+            if callbacks and event is not Event.INIT:
+                self._call_all(callbacks, "callback", event, seq, [])
         finally:
-            self._record_event(event, seq, t_start, listeners.algorithms, called)
-        return MappingProxyType({f"{self.trace.label(a)}/{event.value}": AlgorithmTrace(code, order)
-                                 for order, (a, code) in enumerate(zip(called, codes))})
+            self.observer.event_end()
+            self._record_event(event, seq, t_start, algorithms, called)
+        return self._traces(event, called, codes)
 
     def _call_all(self, objs: Sequence[Any], kind: str, event: Event, seq: int, called: list) -> list:
         """Call each of ``objs`` in order (an algorithm's ``apply``, a callback's ``run_event``), each
@@ -213,13 +215,15 @@ class Engine:
 
     def _call(self, obj: Any, kind: str, order: int, event: Event, seq: int) -> Any:
         """One call, observed and recorded (its row written before an error propagates; a call
-        may fire an event, as Composer allows, whose calls are observed inside this one's)."""
+        may fire an event, as Composer allows, whose calls are observed inside this one's). With
+        the trace off a call is only made: nothing is timed, observed or recorded."""
+        if not self.trace.recording:
+            return _apply(obj, kind, event, self.state, self.logger)
         self.observer.before(obj, event)
         exit_code = error = None
         t0 = perf_counter()
         try:
-            exit_code = obj.apply(event, self.state, self.logger) if kind == "algorithm" else \
-                obj.run_event(event, self.state, self.logger)
+            exit_code = _apply(obj, kind, event, self.state, self.logger)
             return exit_code
         except BaseException as err:
             error = f"{type(err).__name__}: {err}"
@@ -227,6 +231,13 @@ class Engine:
         finally:
             duration, changed = perf_counter() - t0, self.observer.after(obj)
             self._record_call(obj, kind, order, event, seq, exit_code, duration, changed, error)
+
+    def _traces(self, event: Event, called: list, codes: list) -> Traces:
+        """The :data:`Traces` of the algorithms ``called`` at ``event``, which returned ``codes``."""
+        if not called:
+            return NO_TRACES
+        return MappingProxyType({f"{self.trace.label(a)}/{event.value}": AlgorithmTrace(code, order)
+                                 for order, (a, code) in enumerate(zip(called, codes))})
 
     # -- recording ----------------------------------------------------------------------------
     def _record_call(self, obj: Any, kind: str, order: Optional[int], event: Event, seq: int, exit_code: Any = None,
@@ -336,6 +347,11 @@ def _exiting() -> None:
 
 
 atexit.register(_exiting)  # (registered first: atexit runs last-in first-out, so this runs after every engine's)
+
+
+def _apply(obj: Any, kind: str, event: Event, state: State, logger: Logger) -> Any:
+    """An algorithm's ``apply`` or a callback's ``run_event``: what it returned."""
+    return obj.apply(event, state, logger) if kind == "algorithm" else obj.run_event(event, state, logger)
 
 
 def _pass_specs(specs: Optional[PassSpec]) -> list[tuple[AlgorithmPass, int]]:

@@ -121,10 +121,11 @@ def test_a_row_a_column_cannot_hold_is_refused_whole(field, value, held):
     trace = Trace("all")
     assert trace.label(Never()) == "Never"
     trace.add_call(_call())
-    with pytest.raises(TypeError, match=f"column '{field}' holds {held}"):
-        trace.add_call(_call(**{field: value}))
-    assert trace.invocation_rows == [_call()]  # (no part of the refused row stays)
+    trace.add_call(_call(**{field: value}))
     trace.add_call(_call(seq=1, order=None, matched=False, duration=None))
+    with pytest.raises(TypeError, match=f"column '{field}' holds {held}"):  # (told when the rows move into columns)
+        trace.invocation_rows
+    assert trace.invocation_rows == [_call(), _call(seq=1, order=None, matched=False, duration=None)]  # (only it lost)
     trace.add_event(EventRecord(seq=1, event="batch_end", epoch=0, batch=0, batch_in_epoch=0, microbatch=None,
                                 t_start=1.0, t_end=2.0, closure_call=0))
     assert list(trace.invocations.seq) == [0, 1] and list(trace.invocations.matched) == [True, False]

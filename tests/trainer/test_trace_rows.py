@@ -1,5 +1,6 @@
 """The trace's rows in memory are columns (core/trace/columns.py): no object per row stays behind
-(memory per step is bytes in the columns). And a read of a trace that has no new rows copies none
+(memory per step is bytes in the columns, once the last rows recorded, kept as records until
+1024 of them are, have moved there). And a read of a trace that has no new rows copies none
 (a copy of the rows holds up a run writing in another thread)."""
 
 from __future__ import annotations
@@ -22,12 +23,13 @@ def _objects_kept(trace: str) -> tuple[int, int]:
     try:
         before = collections.Counter(map(type, gc.get_objects()))
         trainer.fit()
+        rows = len(trainer.trace.event_rows) + len(trainer.trace.invocation_rows)  # (a read moves the staged rows)
         gc.enable()
         gc.collect()  # (what is garbage goes: what stays is kept)
         kept = collections.Counter(map(type, gc.get_objects())) - before
     finally:
         gc.enable()
-    return sum(kept.values()), len(trainer.trace.event_rows) + len(trainer.trace.invocation_rows)
+    return sum(kept.values()), rows
 
 
 def test_a_traced_fit_keeps_no_object_per_row():

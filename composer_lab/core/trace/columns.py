@@ -6,7 +6,7 @@ tuple, its floats and the collector's tracking, about 210 bytes a call row; the 
 from __future__ import annotations
 
 from array import array
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 __all__ = ["Columns", "Rows"]
 
@@ -41,39 +41,67 @@ def _recorded(values: Sequence[Any]) -> Sequence[Any]:
 
 
 class Columns:
-    """A table's rows not spilled yet: one column per recorded column of ``schema``, in its order."""
+    """A table's rows not spilled yet: one column per recorded column of ``schema``, in its order.
+    A record appended is kept as it is until ``STAGED`` of them are, then they move into the
+    columns together (one ``extend`` per column, not one ``append`` per field: the cost of a row
+    stays that of keeping a tuple); a read moves them first."""
+
+    STAGED = 1024
 
     def __init__(self, schema: tuple) -> None:
         recorded = [c for c in schema if c.recorded]
         self.names = tuple(c.name for c in recorded)
         self.columns = tuple(array(c.held) if c.held else [] for c in recorded)
+        self._staged: list[tuple] = []
 
     def __len__(self) -> int:
-        return len(self.columns[-1])
+        return len(self.columns[-1]) + len(self._staged)
 
     def append(self, record: tuple) -> None:
-        """Append a record's fields (in the schema's order): the whole row, or none of it when a
-        field is not what its column holds (a TypeError naming the column)."""
+        """Append a record, its fields in the schema's order."""
+        self._staged.append(record)
+        if len(self._staged) >= self.STAGED:
+            self._move_staged()
+
+    def _move_staged(self) -> None:
+        """Move the staged records into the columns. A field a column cannot hold refuses its row
+        (a TypeError naming the column, raised once the others moved): only that row is lost."""
+        staged, self._staged = self._staged, []
+        length = len(self.columns[-1])
+        try:
+            for column, values in zip(self.columns, zip(*staged)):
+                column.extend(values)
+        except (TypeError, OverflowError):
+            for column in self.columns:
+                del column[length:]
+            errors = [error for error in map(self._append_row, staged) if error is not None]
+            raise errors[0]
+
+    def _append_row(self, record: tuple) -> Optional[TypeError]:
+        """Append one record's fields: the whole row, or none of it and the TypeError naming the column."""
         try:
             for column, value in zip(self.columns, record):
                 column.append(value)
-        except BaseException as err:
-            self._undo(err, record)
-            raise
+        except (TypeError, OverflowError) as err:
+            return self._refused(err, record)
+        return None
 
-    def _undo(self, err: BaseException, record: tuple) -> None:
+    def _refused(self, err: BaseException, record: tuple) -> TypeError:
         """Drop the part of a row that ``err`` interrupted (the last column is appended to last, so
-        its length is the rows'); a number an array could not hold is a TypeError naming its column."""
-        length = len(self)
+        its length is the rows'); the TypeError naming the column that could not hold its value."""
+        length = len(self.columns[-1])
         failed = sum(len(column) > length for column in self.columns)
         for column in self.columns:
             del column[length:]
-        held = _HELD.get(getattr(self.columns[failed], "typecode", None)) if failed < len(self.columns) else None
-        if held is not None and isinstance(err, (TypeError, OverflowError)):
-            raise TypeError(f"the trace's column {self.names[failed]!r} holds {held}, got "
-                            f"{type(record[failed]).__name__} {record[failed]!r}; give it {held} (the columns "
-                            f"are described in composer_lab/core/trace/schema.py)") from err
+        held = _HELD.get(getattr(self.columns[failed], "typecode", None), "its type")
+        error = TypeError(f"the trace's column {self.names[failed]!r} holds {held}, got "
+                          f"{type(record[failed]).__name__} {record[failed]!r}; give it {held} (the columns "
+                          f"are described in composer_lab/core/trace/schema.py)")
+        error.__cause__ = err
+        return error
 
     def rows(self) -> Rows:
         """The rows now, unchanged by later appends."""
+        if self._staged:
+            self._move_staged()
         return Rows(self.names, self.columns, len(self))
