@@ -72,7 +72,7 @@ def _check(severity: int, depth: int, augmentation_set: str) -> None:
     check_choice("augmentation_set", augmentation_set, tuple(AUGMENTATION_SETS))
 
 
-def randaugment_image(img: Any, severity: int = 9, depth: int = 1, augmentation_set: str = "all",
+def randaugment_image(img: Any, severity: int = 9, depth: int = 2, augmentation_set: str = "all",
                       generator: Optional[torch.Generator] = None) -> Any:
     """Apply ``depth`` operations drawn from ``augmentation_set``, each at a strength drawn
     uniformly up to ``severity / 10`` with a random direction, to one image."""
@@ -88,7 +88,7 @@ def randaugment_image(img: Any, severity: int = 9, depth: int = 1, augmentation_
 class RandAugmentTransform(v2.Transform):
     """A torchvision transform applying :func:`randaugment_image` to each image."""
 
-    def __init__(self, severity: int = 9, depth: int = 1, augmentation_set: str = "all") -> None:
+    def __init__(self, severity: int = 9, depth: int = 2, augmentation_set: str = "all") -> None:
         super().__init__()
         _check(severity, depth, augmentation_set)
         self.severity, self.depth, self.augmentation_set = severity, depth, augmentation_set
@@ -97,7 +97,7 @@ class RandAugmentTransform(v2.Transform):
         return randaugment_image(img, self.severity, self.depth, self.augmentation_set)
 
 
-def randaugment(severity: int = 9, depth: int = 1, augmentation_set: str = "all") -> RandAugmentTransform:
+def randaugment(severity: int = 9, depth: int = 2, augmentation_set: str = "all") -> RandAugmentTransform:
     """A :class:`RandAugmentTransform`, for ``transforms.Compose([cf.randaugment(), ...])``."""
     return RandAugmentTransform(severity, depth, augmentation_set)
 
@@ -116,7 +116,7 @@ class RandAugment(Algorithm):
     events = frozenset({Event.FIT_START})
     writes = frozenset()  # it changes the dataset's transform, not a State field
 
-    def __init__(self, severity: int = 9, depth: int = 1, augmentation_set: str = "all") -> None:
+    def __init__(self, severity: int = 9, depth: int = 2, augmentation_set: str = "all") -> None:
         _check(severity, depth, augmentation_set)
         self.severity, self.depth, self.augmentation_set = severity, depth, augmentation_set
         self._inserted = InsertedTransforms()

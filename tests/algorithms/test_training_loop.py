@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
 from torch import nn
@@ -197,6 +199,13 @@ def test_randaugment_changes_images_and_keeps_shape():
         RandAugment(severity=11)
     with pytest.raises(ValueError, match="augmentation_set"):
         cf.randaugment(augmentation_set="most")
+
+
+def test_randaugment_defaults_are_composers():
+    """Composer's RandAugment, RandAugmentTransform and randaugment_image apply 2 augmentations of severity 9."""
+    assert (RandAugment().severity, RandAugment().depth) == (9, 2)
+    assert (cf.randaugment().severity, cf.randaugment().depth) == (9, 2)
+    assert inspect.signature(cf.randaugment_image).parameters["depth"].default == 2
 
 
 def test_randaugment_algorithm_inserts_its_transform_at_fit_start_once():
