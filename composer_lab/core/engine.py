@@ -193,7 +193,7 @@ class Engine:
         t_start, called, codes = perf_counter(), [], []
         try:
             if event is Event.INIT:
-                _claim_callbacks(callbacks, self._closer)
+                _claim_callbacks(self.state.callbacks, self._closer)
                 self._call_all(callbacks, "callback", event, seq, [])  # on INIT, callbacks first
             ordered = self._order([a for a in algorithms if a.match(event, self.state)], event)
             codes = self._call_all(ordered, "algorithm", event, seq, called)

@@ -68,6 +68,19 @@ def test_a_callback_still_open_in_another_engine_is_refused(state):
     first.close()
 
 
+def test_a_callback_that_does_not_listen_at_init_is_refused_too(state):
+    class BatchEndOnly(Callback):
+        def batch_end(self, state, logger):
+            pass
+
+    state.callbacks = [BatchEndOnly()]
+    first = Engine(state)
+    first.run_event(Event.INIT)
+    with pytest.raises(RuntimeError, match="open callback or logger from a previous trainer"):
+        Engine(state).run_event(Event.INIT)
+    first.close()
+
+
 def test_an_engine_alive_at_exit_closes_its_callbacks():
     code = textwrap.dedent("""
         import torch
