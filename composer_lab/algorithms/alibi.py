@@ -24,7 +24,7 @@ from torch import nn
 
 from composer_lab.algorithms.module_surgery import update_params_in_optimizer
 from composer_lab.algorithms.validation import check_fraction, check_positive
-from composer_lab.algorithms.surgery_algorithm import SurgeryAlgorithm
+from composer_lab.algorithms.surgery_algorithm import StateDictSurgery
 from composer_lab.core.event import Event
 from composer_lab.core.logger import Logger
 from composer_lab.core.state import State
@@ -241,7 +241,7 @@ def scale_batch_sequence_length(batch: Any, inputs: torch.Tensor, scale: float) 
     return type(batch)(_cut(value, shape, piece) for value in batch)
 
 
-class Alibi(SurgeryAlgorithm):
+class Alibi(StateDictSurgery):
     """Applies :func:`apply_alibi` at INIT and, while training, shortens each batch's sequences by
     ``train_sequence_length_scaling`` (:func:`scale_batch_sequence_length`: inputs, targets and any
     other per-token entry, such as an attention mask) at AFTER_DATALOADER, so a
@@ -272,11 +272,6 @@ class Alibi(SurgeryAlgorithm):
         self.mask_replacement_function = mask_replacement_function
         self.train_sequence_length_scaling = check_fraction("train_sequence_length_scaling",
                                                             train_sequence_length_scaling, low_open=True)
-
-    @staticmethod
-    def required_on_load() -> bool:
-        """True, as in Composer: the surgery changes the model's ``state_dict``, so a checkpoint needs it."""
-        return True
 
     events = frozenset({Event.INIT, Event.AFTER_DATALOADER})
     writes = frozenset({"model", "optimizers", "batch"})

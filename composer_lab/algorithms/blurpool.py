@@ -6,16 +6,14 @@ wrap the original module, so its weights (the same Parameter objects) keep train
 
 from __future__ import annotations
 
-import warnings
 from typing import Optional
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from composer_lab.algorithms.module_surgery import replace_modules
-from composer_lab.algorithms.surgery_algorithm import SurgeryAlgorithm
-from composer_lab.algorithms.warnings import NoEffectWarning
+from composer_lab.algorithms.module_surgery import replace_modules, warn_if_unchanged
+from composer_lab.algorithms.surgery_algorithm import StateDictSurgery
 from composer_lab.core.event import Event
 from composer_lab.core.logger import Logger
 from composer_lab.core.state import State
@@ -93,10 +91,8 @@ def apply_blurpool(model: nn.Module, replace_convs: bool = True, replace_maxpool
         return None
 
     replaced = replace_modules(model, replacement)
-    if not replaced:
-        warnings.warn(NoEffectWarning(f"BlurPool changed nothing in {type(model).__name__}: no strided Conv2d with "
-                                      f"at least {min_channels} input channels and no MaxPool2d (replace_convs="
-                                      f"{replace_convs}, replace_maxpools={replace_maxpools})"), stacklevel=2)
+    warn_if_unchanged(replaced, "BlurPool", model, f"no strided Conv2d with at least {min_channels} input channels "
+                      f"and no MaxPool2d (replace_convs={replace_convs}, replace_maxpools={replace_maxpools})")
     return replaced
 
 
@@ -107,7 +103,7 @@ def count_blur_layers(model: nn.Module) -> dict[str, float]:
             "blurpool/num_blurconv_layers": float(sum(isinstance(m, BlurConv2d) for m in modules))}
 
 
-class BlurPool(SurgeryAlgorithm):
+class BlurPool(StateDictSurgery):
     """Applies :func:`apply_blurpool` at INIT.
 
     Logs ``BlurPool/num_replaced`` and Composer's ``blurpool/num_blurpool_layers`` and
@@ -130,11 +126,6 @@ class BlurPool(SurgeryAlgorithm):
         self.replace_maxpools = replace_maxpools
         self.blur_first = blur_first
         self.min_channels = min_channels
-
-    @staticmethod
-    def required_on_load() -> bool:
-        """True, as in Composer: the surgery changes the model's ``state_dict``, so a checkpoint needs it."""
-        return True
 
     def operate(self, model: nn.Module, optimizers: list) -> list[str]:
         return apply_blurpool(model, self.replace_convs, self.replace_maxpools, self.blur_first, self.min_channels)

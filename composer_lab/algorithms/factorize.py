@@ -11,18 +11,17 @@ from __future__ import annotations
 
 import abc
 import math
-import warnings
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 import torch
 from torch import nn
 
 from composer_lab.algorithms.factorize_core import (LowRankSolution, factorize_conv2d, factorize_matrix,
                                                     svd_factors)
-from composer_lab.algorithms.module_surgery import count_module_instances, replace_module_classes
-from composer_lab.algorithms.surgery_algorithm import SurgeryAlgorithm
+from composer_lab.algorithms.module_surgery import (ReplacementFunction, count_module_instances,
+                                                    replace_module_classes, replaced_names, warn_if_unchanged)
+from composer_lab.algorithms.surgery_algorithm import StateDictSurgery
 from composer_lab.algorithms.validation import check_positive
-from composer_lab.algorithms.warnings import NoEffectWarning
 from composer_lab.core.event import Event
 from composer_lab.core.logger import Logger
 from composer_lab.core.state import State
@@ -67,6 +66,11 @@ def factorizing_could_speedup(module: nn.Module, latent_size: Union[int, float])
     return False
 
 
+def _alias(size: str) -> property:
+    """A read-only property reading ``self.<size>``: a generic size under its Composer name."""
+    return property(lambda self: getattr(self, size), doc=f"``{size}``, under its Composer name.")
+
+
 class _FactorizedModule(nn.Module, abc.ABC):
     """Two layers ``module0`` (to ``latent_size``) then ``module1``, with no nonlinearity between."""
 
@@ -104,6 +108,17 @@ class _FactorizedModule(nn.Module, abc.ABC):
                              f"<= {self.latent_size}")
         if rank < self.latent_size:
             self.apply_solution(self.solution_for_rank(input, rank))
+
+    def _start_from(self, module: nn.Module) -> "_FactorizedModule":
+        """Start the two layers from the truncated SVD of ``module``'s weight (one row per output)
+        and keep its bias; returns this module, on that weight's device and dtype."""
+        weight = module.weight.detach()
+        with torch.no_grad():
+            wa, wb = svd_factors(weight.reshape(weight.shape[0], -1).float(), self.latent_size)
+        kernel = (None,) * (weight.dim() - 2)  # a convolution's 1 x 1 kernel dimensions (none for a Linear)
+        _set_factors(self.module0, self.module1, wb.reshape(self.module0.weight.shape), wa[(..., *kernel)],
+                     None if module.bias is None else module.bias.detach())
+        return self.to(weight.device, weight.dtype)
 
     @abc.abstractmethod
     def solution_for_rank(self, input: torch.Tensor, rank: int) -> LowRankSolution:
@@ -143,17 +158,9 @@ class FactorizedConv2d(_FactorizedModule):
         self.module0 = nn.Conv2d(in_channels, self.latent_size, kernel_size, bias=False, **self.convolution_kwargs)
         self.module1 = nn.Conv2d(self.latent_size, out_channels, kernel_size=1, bias=kwargs.get("bias", True))
 
-    @property
-    def in_channels(self) -> int:
-        return self.in_size
-
-    @property
-    def out_channels(self) -> int:
-        return self.out_size
-
-    @property
-    def latent_channels(self) -> int:
-        return self.latent_size
+    in_channels = _alias("in_size")
+    out_channels = _alias("out_size")
+    latent_channels = _alias("latent_size")
 
     def solution_for_rank(self, input: torch.Tensor, rank: int) -> LowRankSolution:
         kwargs = {k: v for k, v in self.convolution_kwargs.items() if k in ("padding", "padding_mode", "dilation")}
@@ -175,11 +182,7 @@ class FactorizedConv2d(_FactorizedModule):
         conv = FactorizedConv2d(module.in_channels, module.out_channels, module.kernel_size, stride=module.stride,
                                 padding=module.padding, dilation=module.dilation, groups=module.groups,
                                 padding_mode=module.padding_mode, bias=module.bias is not None, **kwargs)
-        with torch.no_grad():
-            wa, wb = svd_factors(module.weight.detach().reshape(module.out_channels, -1).float(), conv.latent_size)
-        _set_factors(conv.module0, conv.module1, wb.reshape(conv.latent_size, *module.weight.shape[1:]),
-                     wa[:, :, None, None], None if module.bias is None else module.bias.detach())
-        return conv.to(module.weight.device, module.weight.dtype)
+        return conv._start_from(module)
 
 
 class FactorizedLinear(_FactorizedModule):
@@ -194,17 +197,9 @@ class FactorizedLinear(_FactorizedModule):
         self.module0 = nn.Linear(in_features, self.latent_size, bias=False)
         self.module1 = nn.Linear(self.latent_size, out_features, bias=bias)
 
-    @property
-    def in_features(self) -> int:
-        return self.in_size
-
-    @property
-    def out_features(self) -> int:
-        return self.out_size
-
-    @property
-    def latent_features(self) -> int:
-        return self.latent_size
+    in_features = _alias("in_size")
+    out_features = _alias("out_size")
+    latent_features = _alias("latent_size")
 
     def solution_for_rank(self, input: torch.Tensor, rank: int) -> LowRankSolution:
         with torch.no_grad():
@@ -225,10 +220,7 @@ class FactorizedLinear(_FactorizedModule):
     def from_linear(module: nn.Linear, module_ix: int = -1, **kwargs: Any) -> "FactorizedLinear":
         """A factorized copy of ``module`` started from its weight's truncated SVD and its bias."""
         linear = FactorizedLinear(module.in_features, module.out_features, bias=module.bias is not None, **kwargs)
-        with torch.no_grad():
-            wa, wb = svd_factors(module.weight.detach().float(), linear.latent_size)
-        _set_factors(linear.module0, linear.module1, wb, wa, None if module.bias is None else module.bias.detach())
-        return linear.to(module.weight.device, module.weight.dtype)
+        return linear._start_from(module)
 
 
 def _check(min_channels: Any, latent_channels: Any, min_features: Any, latent_features: Any) -> None:
@@ -248,6 +240,20 @@ def _tied_weights(model: nn.Module) -> set[int]:
     return {key for key, count in seen.items() if count > 1}
 
 
+def _policy(kind: type, sizes: Callable[[nn.Module], tuple[int, int]], minimum: int, latent: Union[int, float],
+            tied: set[int], factorized: Callable[[nn.Module, int], nn.Module]) -> ReplacementFunction:
+    """The surgery policy replacing a ``kind`` (that class exactly) whose input and output ``sizes``
+    are at least ``minimum`` by ``factorized(module, index)``, where factorizing to ``latent`` lowers
+    its multiply-adds; a layer with a tied weight stays."""
+    def policy(module: nn.Module, index: int) -> Optional[nn.Module]:
+        if id(module.weight) in tied:
+            return None
+        if type(module) is kind and min(sizes(module)) >= minimum and factorizing_could_speedup(module, latent):
+            return factorized(module, index)
+        return None
+    return policy
+
+
 def apply_factorization(model: nn.Module, factorize_convs: bool = True, factorize_linears: bool = True,
                         min_channels: int = 512, latent_channels: Union[int, float] = 0.25, min_features: int = 512,
                         latent_features: Union[int, float] = 0.25,
@@ -261,34 +267,23 @@ def apply_factorization(model: nn.Module, factorize_convs: bool = True, factoriz
     _check(min_channels, latent_channels, min_features, latent_features)
     tied = _tied_weights(model)
 
-    def conv_policy(module: nn.Module, index: int) -> Optional[nn.Module]:
-        if id(module.weight) in tied:
-            return None
-        if (type(module) is nn.Conv2d and min(module.in_channels, module.out_channels) >= min_channels
-                and factorizing_could_speedup(module, latent_channels)):
-            return FactorizedConv2d.from_conv2d(module, index, latent_channels=latent_channels)
-        return None
-
-    def linear_policy(module: nn.Module, index: int) -> Optional[nn.Module]:
-        if id(module.weight) in tied:
-            return None
-        if (type(module) is nn.Linear and min(module.in_features, module.out_features) >= min_features
-                and factorizing_could_speedup(module, latent_features)):
-            return FactorizedLinear.from_linear(module, index, latent_features=latent_features)
-        return None
-
-    policies = {**({nn.Conv2d: conv_policy} if factorize_convs else {}),
-                **({nn.Linear: linear_policy} if factorize_linears else {})}
+    policies: dict[type, ReplacementFunction] = {}
+    if factorize_convs:
+        policies[nn.Conv2d] = _policy(nn.Conv2d, lambda m: (m.in_channels, m.out_channels), min_channels,
+                                      latent_channels, tied, lambda m, i: FactorizedConv2d.from_conv2d(
+                                          m, i, latent_channels=latent_channels))
+    if factorize_linears:
+        policies[nn.Linear] = _policy(nn.Linear, lambda m: (m.in_features, m.out_features), min_features,
+                                      latent_features, tied, lambda m, i: FactorizedLinear.from_linear(
+                                          m, i, latent_features=latent_features))
     replaced = replace_module_classes(model, policies, optimizers=optimizers)
-    if not replaced:
-        warnings.warn(NoEffectWarning(f"Factorize changed nothing in {type(model).__name__}: no Conv2d with at least "
-                                      f"min_channels={min_channels} channels nor Linear with at least min_features="
-                                      f"{min_features} features that latent_channels={latent_channels} / "
-                                      f"latent_features={latent_features} would make cheaper"), stacklevel=2)
+    warn_if_unchanged(replaced, "Factorize", model, f"no Conv2d with at least min_channels={min_channels} channels "
+                      f"nor Linear with at least min_features={min_features} features that latent_channels="
+                      f"{latent_channels} / latent_features={latent_features} would make cheaper")
     return replaced
 
 
-class Factorize(SurgeryAlgorithm):
+class Factorize(StateDictSurgery):
     """Applies :func:`apply_factorization` at INIT with the run's optimizers; logs
     ``factorize/num_conv2d_replacements`` and ``factorize/num_linear_replacements`` (those enabled)
     through ``log_hyperparameters``.
@@ -314,15 +309,10 @@ class Factorize(SurgeryAlgorithm):
         self.min_features = min_features
         self.latent_features = latent_features
 
-    @staticmethod
-    def required_on_load() -> bool:
-        return True
-
     def operate(self, model: nn.Module, optimizers: list) -> list[str]:
-        names = {id(m): name for name, m in model.named_modules()}
-        replaced = apply_factorization(model, self.factorize_convs, self.factorize_linears, self.min_channels,
-                                       self.latent_channels, self.min_features, self.latent_features, optimizers)
-        return [names[id(old)] for old in replaced]
+        return replaced_names(model, lambda: apply_factorization(
+            model, self.factorize_convs, self.factorize_linears, self.min_channels, self.latent_channels,
+            self.min_features, self.latent_features, optimizers))
 
     def apply(self, event: Event, state: State, logger: Logger) -> Optional[int]:
         super().apply(event, state, logger)

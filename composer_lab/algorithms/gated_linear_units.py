@@ -8,15 +8,13 @@ Blocks are found by shape: modules with ``linear1`` and ``linear2`` (``nn.Linear
 
 from __future__ import annotations
 
-import warnings
 from typing import Callable, Optional
 
 import torch
 from torch import nn
 
-from composer_lab.algorithms.module_surgery import update_params_in_optimizer
-from composer_lab.algorithms.surgery_algorithm import SurgeryAlgorithm
-from composer_lab.algorithms.warnings import NoEffectWarning
+from composer_lab.algorithms.module_surgery import update_params_in_optimizer, warn_if_unchanged
+from composer_lab.algorithms.surgery_algorithm import StateDictSurgery
 
 __all__ = ["GatedLinearUnits", "GatedLinear", "apply_gated_linear_units"]
 
@@ -65,14 +63,12 @@ def apply_gated_linear_units(model: nn.Module, optimizers: Optional[list] = None
         replaced.append(f"{name}.linear1" if name else "linear1")
     for old, new in pairs if optimizers else ():  # each gate joins the param group of the layer it gates
         update_params_in_optimizer(old.parameters(), new.parameters(), optimizers)
-    if not replaced:
-        warnings.warn(NoEffectWarning(f"GatedLinearUnits changed nothing in {type(model).__name__}: no feed-forward "
-                                      f"block with linear1, linear2 (nn.Linear) and activation, as "
-                                      f"nn.TransformerEncoderLayer has"), stacklevel=2)
+    warn_if_unchanged(replaced, "GatedLinearUnits", model, "no feed-forward block with linear1, linear2 (nn.Linear) "
+                      "and activation, as nn.TransformerEncoderLayer has")
     return replaced
 
 
-class GatedLinearUnits(SurgeryAlgorithm):
+class GatedLinearUnits(StateDictSurgery):
     """Applies :func:`apply_gated_linear_units` at INIT.
 
     Args:
@@ -87,11 +83,6 @@ class GatedLinearUnits(SurgeryAlgorithm):
             raise TypeError(f"act_fn must be callable (e.g. torch.nn.functional.gelu), got {act_fn!r}")
         self.act_fn = act_fn
         self.gate_bias = gate_bias
-
-    @staticmethod
-    def required_on_load() -> bool:
-        """True, as in Composer: the surgery changes the model's ``state_dict``, so a checkpoint needs it."""
-        return True
 
     def operate(self, model: nn.Module, optimizers: list) -> list[str]:
         return apply_gated_linear_units(model, optimizers, self.act_fn, self.gate_bias)

@@ -12,14 +12,13 @@ in float32 under CPU autocast; here the input's device decides.
 from __future__ import annotations
 
 import warnings
-from abc import abstractmethod
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Callable, ClassVar, Optional, Sequence, Union
 
 import torch
 from torch import nn
 
-from composer_lab.algorithms.module_surgery import replace_modules
-from composer_lab.algorithms.surgery_algorithm import SurgeryAlgorithm
+from composer_lab.algorithms.module_surgery import replace_modules, warn_if_unchanged
+from composer_lab.algorithms.surgery_algorithm import StateDictSurgery
 from composer_lab.algorithms.warnings import NoEffectWarning
 from composer_lab.core.event import Event
 from composer_lab.core.state import State
@@ -72,15 +71,17 @@ def low_precision_surgery(model: nn.Module, precision: Any, kind: type[nn.Module
                       stacklevel=3)
         return []
     replaced = replace_modules(model, lambda m: convert(m) if type(m) is kind else None)
-    if not replaced:
-        warnings.warn(NoEffectWarning(f"{algorithm} changed nothing in {type(model).__name__}: it has no "
-                                      f"torch.nn.{kind.__name__}"), stacklevel=3)
+    warn_if_unchanged(replaced, algorithm, model, f"it has no torch.nn.{kind.__name__}", stacklevel=3)
     return replaced
 
 
-class LowPrecisionNormSurgery(SurgeryAlgorithm):
+class LowPrecisionNormSurgery(StateDictSurgery):
     """A low-precision norm surgery at ``apply_at`` (INIT, BEFORE_LOAD or AFTER_LOAD), reading the
-    run's precision from the State; subclasses give :meth:`surgery`."""
+    run's precision from the State; subclasses give the ``norm`` class replaced and the function
+    ``convert`` making its low-precision form."""
+
+    norm: ClassVar[type[nn.Module]]
+    convert: ClassVar[Callable[[nn.Module], nn.Module]]
 
     def __init__(self, apply_at: Union[Event, str] = Event.INIT) -> None:
         super().__init__()
@@ -96,10 +97,6 @@ class LowPrecisionNormSurgery(SurgeryAlgorithm):
         self.events = frozenset({self.apply_at})
         self._precision: Any = None
 
-    @staticmethod
-    def required_on_load() -> bool:
-        return True
-
     def operate(self, model: nn.Module, optimizers: list) -> list[str]:
         return self.surgery(model, self._precision, optimizers)
 
@@ -108,6 +105,6 @@ class LowPrecisionNormSurgery(SurgeryAlgorithm):
         self._precision = state.precision
         return super().apply(event, state, logger)
 
-    @abstractmethod
     def surgery(self, model: nn.Module, precision: Any, optimizers: Sequence) -> list[str]:
         """The functional form: replace the norms of ``model`` under ``precision``; the names replaced."""
+        return low_precision_surgery(model, precision, self.norm, self.convert, type(self).__name__)

@@ -52,5 +52,5 @@ class LowPrecisionGroupNorm(LowPrecisionNormSurgery):
         apply_at: ``Event.INIT`` (default), ``Event.BEFORE_LOAD`` or ``Event.AFTER_LOAD``.
     """
 
-    def surgery(self, model: nn.Module, precision: Any, optimizers: Sequence) -> list[str]:
-        return low_precision_surgery(model, precision, nn.GroupNorm, _to_lp_groupnorm, type(self).__name__)
+    norm = nn.GroupNorm
+    convert = staticmethod(_to_lp_groupnorm)

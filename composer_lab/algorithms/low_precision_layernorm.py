@@ -58,5 +58,5 @@ class LowPrecisionLayerNorm(LowPrecisionNormSurgery):
     lowers_layernorm_precision: ClassVar[bool] = True
     """Read by the pass ``sort_low_precision_layernorm_last``."""
 
-    def surgery(self, model: nn.Module, precision: Any, optimizers: Sequence) -> list[str]:
-        return low_precision_surgery(model, precision, nn.LayerNorm, _to_lp_layernorm, type(self).__name__)
+    norm = nn.LayerNorm
+    convert = staticmethod(_to_lp_layernorm)

@@ -4,18 +4,23 @@
 :func:`replace_module_classes`, :func:`count_module_instances` and
 :func:`update_params_in_optimizer` are Composer's ``composer.utils.module_surgery`` contract:
 replaced parameters reach the optimizers' param groups, removed ones leave them.
+:func:`replaced_names` and :func:`warn_if_unchanged` are what every surgery algorithm reports.
 """
 
 from __future__ import annotations
 
 import itertools
+import warnings
 from typing import Any, Callable, Iterable, Mapping, Optional, Union
 
 import torch
 from torch import nn
 
+from composer_lab.algorithms.warnings import NoEffectWarning
+
 __all__ = ["replace_modules", "register_new_parameters", "ReplacementFunction", "replace_module_classes",
-           "count_module_instances", "update_params_in_optimizer", "check_surgery_target"]
+           "count_module_instances", "update_params_in_optimizer", "check_surgery_target", "replaced_names",
+           "warn_if_unchanged"]
 
 
 def replace_modules(model: nn.Module, replacement: Callable[[nn.Module], Optional[nn.Module]]) -> list[str]:
@@ -44,6 +49,21 @@ def replace_modules(model: nn.Module, replacement: Callable[[nn.Module], Optiona
             if new is not None:
                 setattr(parent, child_name, new)
     return replaced
+
+
+def replaced_names(model: nn.Module, surgery: Callable[[], Mapping[nn.Module, nn.Module]]) -> list[str]:
+    """Run ``surgery()`` (returning ``{original: replacement}``, as :func:`replace_module_classes`)
+    on ``model``; returns the qualified name each original had in ``model`` before it."""
+    names = {id(m): name for name, m in model.named_modules()}
+    return [names[id(old)] for old in surgery()]
+
+
+def warn_if_unchanged(replaced: Any, algorithm: str, model: nn.Module, why: str, stacklevel: int = 2) -> None:
+    """Warn :class:`~composer_lab.algorithms.warnings.NoEffectWarning` ``"<algorithm> changed nothing
+    in <model class>: <why>"`` when ``replaced`` is empty; ``stacklevel`` as if the caller warned."""
+    if not replaced:
+        warnings.warn(NoEffectWarning(f"{algorithm} changed nothing in {type(model).__name__}: {why}"),
+                      stacklevel=stacklevel + 1)
 
 
 def register_new_parameters(model: nn.Module, before: Iterable[nn.Parameter],

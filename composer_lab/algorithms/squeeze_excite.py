@@ -8,17 +8,15 @@ optimizers' param group of the convolution they follow.
 
 from __future__ import annotations
 
-import warnings
 from typing import Any, Optional
 
 import torch
 from torch import nn
 
 from composer_lab.algorithms.module_surgery import (check_surgery_target, count_module_instances,
-                                                    replace_module_classes)
-from composer_lab.algorithms.surgery_algorithm import SurgeryAlgorithm
+                                                    replace_module_classes, replaced_names, warn_if_unchanged)
+from composer_lab.algorithms.surgery_algorithm import StateDictSurgery
 from composer_lab.algorithms.validation import check_positive
-from composer_lab.algorithms.warnings import NoEffectWarning
 from composer_lab.core.event import Event
 from composer_lab.core.logger import Logger
 from composer_lab.core.state import State
@@ -90,14 +88,12 @@ def apply_squeeze_excite(model: nn.Module, latent_channels: float = 64, min_chan
         return SqueezeExciteConv2d.from_conv2d(module, index, latent_channels)
 
     replaced = replace_module_classes(model, {nn.Conv2d: policy}, optimizers=optimizers)
-    if not replaced:
-        warnings.warn(NoEffectWarning(f"SqueezeExcite changed nothing in {type(model).__name__}: no Conv2d with at "
-                                      f"least min_channels={min_channels} input and output channels; lower "
-                                      f"min_channels to add blocks"), stacklevel=2)
+    warn_if_unchanged(replaced, "SqueezeExcite", model, f"no Conv2d with at least min_channels={min_channels} input "
+                      f"and output channels; lower min_channels to add blocks")
     return replaced
 
 
-class SqueezeExcite(SurgeryAlgorithm):
+class SqueezeExcite(StateDictSurgery):
     """Applies :func:`apply_squeeze_excite` at INIT, with the run's optimizers, and logs
     ``squeeze_excite/num_squeeze_excite_layers`` through ``log_hyperparameters``.
 
@@ -113,14 +109,9 @@ class SqueezeExcite(SurgeryAlgorithm):
         self.latent_channels = latent_channels
         self.min_channels = min_channels
 
-    @staticmethod
-    def required_on_load() -> bool:
-        return True
-
     def operate(self, model: nn.Module, optimizers: list) -> list[str]:
-        names = {id(m): name for name, m in model.named_modules()}
-        replaced = apply_squeeze_excite(model, self.latent_channels, self.min_channels, optimizers)
-        return [names[id(old)] for old in replaced]
+        return replaced_names(model, lambda: apply_squeeze_excite(model, self.latent_channels, self.min_channels,
+                                                                  optimizers))
 
     def apply(self, event: Event, state: State, logger: Logger) -> Optional[int]:
         super().apply(event, state, logger)

@@ -12,7 +12,7 @@ from composer_lab.core.event import Event
 from composer_lab.core.logger import Logger
 from composer_lab.core.state import State
 
-__all__ = ["SurgeryAlgorithm"]
+__all__ = ["SurgeryAlgorithm", "StateDictSurgery"]
 
 
 class SurgeryAlgorithm(Algorithm):
@@ -33,3 +33,13 @@ class SurgeryAlgorithm(Algorithm):
     @abstractmethod
     def operate(self, model: nn.Module, optimizers: list) -> list[str]:
         """Change ``model`` in place; return the qualified names of the replaced submodules."""
+
+
+class StateDictSurgery(SurgeryAlgorithm):
+    """A surgery whose new modules change the model's ``state_dict``: ``required_on_load`` is True,
+    as in Composer, so a checkpoint written with it needs it again when loaded."""
+
+    @staticmethod
+    def required_on_load() -> bool:
+        """True, as in Composer: the surgery changes the model's ``state_dict``, so a checkpoint needs it."""
+        return True

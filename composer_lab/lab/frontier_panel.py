@@ -19,13 +19,12 @@ from typing import Any, Callable, Optional, Sequence, Union
 import ipywidgets as widgets
 
 from composer_lab.explore import Frontier
-from composer_lab.explore.executors import default_workers
 from composer_lab.explore.frontier_race import FrontierRace
 from composer_lab.explore.speedup import answer
 from composer_lab.explore.sweep import DEFAULT_METRIC
 from composer_lab.lab.plots import figure_png
 from composer_lab.lab.background_run import BackgroundRun
-from composer_lab.lab.sweep_panel import SweepWork, on_executor
+from composer_lab.lab.sweep_panel import GridPanel, SweepWork, on_executor
 
 __all__ = ["FrontierPanel", "MIN_SEEDS"]
 
@@ -35,13 +34,15 @@ TOLERANCE = 0.05
 """The smallest saving that matters (as :meth:`Frontier.speedups`' default)."""
 
 
-class FrontierPanel(widgets.VBox):
+class FrontierPanel(GridPanel):
     """Widgets around :class:`~composer_lab.explore.Frontier`: ``candidates`` each with a checkbox
     (all ticked; the baseline always runs), ``durations``, ``seeds``, ``cost`` and ``metric`` as for
     the Frontier; ``workers`` local processes, or ``executor`` (a Dask ``Client``, an
     ``InlineExecutor``); ``folder``: where frontiers go (None: a new temporary folder); ``race``:
     race instead of training the whole grid (a checkbox), at level ``alpha``, with ``seeds`` the
     most seeds a candidate trains (at least :data:`MIN_SEEDS`)."""
+
+    what = "frontier"
 
     def __init__(self, make_trainer: Callable[[list, int, str], Any], candidates: dict, durations: Sequence[str],
                  seeds: int = 3, cost: str = "time", metric: str = DEFAULT_METRIC, workers: Optional[int] = None,
@@ -53,19 +54,11 @@ class FrontierPanel(widgets.VBox):
         self.checks = {name: widgets.Checkbox(value=True, description=name, indent=False, disabled=name == baseline)
                        for name in self.candidates}
         self.seeds = widgets.BoundedIntText(value=seeds, min=2, max=1000, description="seeds")
-        self.workers = widgets.BoundedIntText(value=workers or default_workers(), min=1, max=512,
-                                              description="workers", disabled=executor is not None)
         self.race = widgets.Checkbox(value=race, description="race (stop what is decided)", indent=False)
         self.alpha = widgets.BoundedFloatText(value=alpha, min=0.001, max=0.5, step=0.01, description="alpha")
-        self.run_button = widgets.Button(description="Run frontier", button_style="success", icon="play")
-        self.stop_button = widgets.Button(description="Stop", button_style="danger", icon="stop", disabled=True)
-        self.progress = widgets.IntProgress(value=0, min=0, max=1, description="runs")
-        self.status, self.table, self.image = widgets.HTML(), widgets.HTML(), widgets.Image(format="png")
+        self._controls(workers, executor)
         self.frontier: Optional[Frontier] = None
-        self.handle: Optional[BackgroundRun] = None
         self.racer: Optional[FrontierRace] = None  # the race's verdicts, replayed from the folder
-        self.run_button.on_click(lambda _: self.start())
-        self.stop_button.on_click(lambda _: self.stop())
         super().__init__([widgets.HBox(list(self.checks.values())),
                           widgets.HBox([self.seeds, self.workers, self.race, self.alpha]),
                           widgets.HBox([self.run_button, self.stop_button, self.progress]), self.status, self.table,
@@ -77,8 +70,7 @@ class FrontierPanel(widgets.VBox):
 
     def start(self) -> BackgroundRun:
         """Train the ticked candidates' pending runs (or race them) in the background."""
-        if self.handle is not None and not self.handle.done:
-            raise RuntimeError("a frontier is running; stop it (or wait for it) before starting another")
+        self._check_idle()
         chosen = self.chosen()
         self.frontier, shutdown = on_executor(self.executor, self.workers.value, lambda executor: Frontier(
             self.make_trainer, chosen, self.durations, seeds=range(self.seeds.value),
@@ -93,18 +85,9 @@ class FrontierPanel(widgets.VBox):
             raise
         alpha = self.alpha.value if self.racer is not None else None  # (SweepWork races with its first argument)
         work = SweepWork(self.frontier, lambda row: self._show(), shutdown, alpha)
-        self.handle = BackgroundRun(work, name="composer_lab-frontier", on_done=self._finished)
-        self.progress.max = len(self.frontier.trials())
+        self._prepare(work, len(self.frontier.trials()))
         self.status.value = f"{self.frontier.describe().splitlines()[0]} in {self.frontier.folder.path}"
-        self.run_button.disabled, self.stop_button.disabled = True, False
-        self._show()
-        return self.handle.start()
-
-    def stop(self) -> None:
-        """Cancel the runs that have not started; keep what finished."""
-        if self.handle is not None:
-            self.handle.stop()
-            self.status.value = "stopping: the runs training finish and are shown; nothing else starts"
+        return self._launch()
 
     def _finished(self) -> None:
         handle = self.handle

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Callable, ClassVar, Optional, Sequence, Union
 
 import ipywidgets as widgets
 
@@ -26,10 +26,53 @@ from composer_lab.explore.sweep import DEFAULT_METRIC
 from composer_lab.lab.background_run import BackgroundRun
 from composer_lab.lab.plots import figure_png
 
-__all__ = ["SweepPanel", "SweepWork", "on_executor"]
+__all__ = ["SweepPanel", "SweepWork", "on_executor", "GridPanel"]
 
 
-class SweepPanel(widgets.VBox):
+class GridPanel(widgets.VBox):
+    """What a panel training a grid of runs in the background (a sweep, a frontier) shares: its
+    workers box, Run and Stop buttons, progress bar, status, table and plot, and the
+    :class:`BackgroundRun` handle of its work, all named after ``what`` the grid is. Subclasses give
+    ``start()``, ``_finished()`` (the handle's ``on_done``) and ``_show()`` (the results so far)."""
+
+    what: ClassVar[str]
+
+    def _controls(self, workers: Optional[int], executor: Any) -> None:
+        """The workers box (disabled with an ``executor``) and the Run / Stop controls, wired."""
+        self.workers = widgets.BoundedIntText(value=workers or default_workers(), min=1, max=512,
+                                              description="workers", disabled=executor is not None)
+        self.run_button = widgets.Button(description=f"Run {self.what}", button_style="success", icon="play")
+        self.stop_button = widgets.Button(description="Stop", button_style="danger", icon="stop", disabled=True)
+        self.progress = widgets.IntProgress(value=0, min=0, max=1, description="runs")
+        self.status, self.table, self.image = widgets.HTML(), widgets.HTML(), widgets.Image(format="png")
+        self.handle: Optional[BackgroundRun] = None
+        self.run_button.on_click(lambda _: self.start())
+        self.stop_button.on_click(lambda _: self.stop())
+
+    def _check_idle(self) -> None:
+        """RuntimeError while the panel's work runs: one at a time."""
+        if self.handle is not None and not self.handle.done:
+            raise RuntimeError(f"a {self.what} is running; stop it (or wait for it) before starting another")
+
+    def _prepare(self, work: "SweepWork", runs: int) -> None:
+        """The handle of ``work`` (not started), ending in ``_finished``; the progress bar out of ``runs``."""
+        self.handle = BackgroundRun(work, name=f"composer_lab-{self.what}", on_done=self._finished)
+        self.progress.max = runs
+
+    def _launch(self) -> BackgroundRun:
+        """Start the prepared handle, the Run button off and Stop on, after showing what there is."""
+        self.run_button.disabled, self.stop_button.disabled = True, False
+        self._show()
+        return self.handle.start()
+
+    def stop(self) -> None:
+        """Cancel the runs that have not started; keep what finished."""
+        if self.handle is not None:
+            self.handle.stop()
+            self.status.value = "stopping: the runs training finish and are shown; nothing else starts"
+
+
+class SweepPanel(GridPanel):
     """Widgets around :class:`~composer_lab.explore.Sweep`.
 
     Args:
@@ -45,6 +88,8 @@ class SweepPanel(widgets.VBox):
         executor: train there instead of a local pool (a Dask ``Client``); the workers box is then ignored.
     """
 
+    what = "sweep"
+
     def __init__(self, make_trainer: Callable[[list, int], Any], algorithms: Sequence[Algorithm], seeds: int = 5,
                  workers: Optional[int] = None, metric: str = DEFAULT_METRIC,
                  folder: Union[str, Path, None] = None, executor: Any = None, delta: float = 0.005) -> None:
@@ -54,21 +99,11 @@ class SweepPanel(widgets.VBox):
         self.checks = [widgets.Checkbox(value=True, description=name, indent=False)
                        for name in algorithm_names(self.algorithms)]
         self.seeds = widgets.BoundedIntText(value=seeds, min=1, max=1000, description="seeds")
-        self.workers = widgets.BoundedIntText(value=workers or default_workers(), min=1, max=512,
-                                              description="workers", disabled=executor is not None)
         self.race = widgets.Checkbox(value=False, description="race", indent=False)
         self.delta = widgets.BoundedFloatText(value=delta, min=1e-9, max=1e9, step=0.001, description="delta")
-        self.run_button = widgets.Button(description="Run sweep", button_style="success", icon="play")
-        self.stop_button = widgets.Button(description="Stop", button_style="danger", icon="stop", disabled=True)
-        self.progress = widgets.IntProgress(value=0, min=0, max=1, description="runs")
+        self._controls(workers, executor)
         self.count = widgets.Label()
-        self.status = widgets.HTML()
-        self.table = widgets.HTML()
-        self.image = widgets.Image(format="png")
         self.sweep: Optional[Sweep] = None
-        self.handle: Optional[BackgroundRun] = None
-        self.run_button.on_click(lambda _: self.start())
-        self.stop_button.on_click(lambda _: self.stop())
         super().__init__([widgets.HBox(self.checks), widgets.HBox([self.seeds, self.workers]),
                           widgets.HBox([self.race, self.delta]),
                           widgets.HBox([self.run_button, self.stop_button, self.progress, self.count]), self.status,
@@ -80,29 +115,19 @@ class SweepPanel(widgets.VBox):
 
     def start(self) -> BackgroundRun:
         """Sweep (with "race" checked: race) the checked algorithms over the seeds, in the background."""
-        if self.handle is not None and not self.handle.done:
-            raise RuntimeError("a sweep is running; stop it (or wait for it) before starting another")
+        self._check_idle()
         algorithms = self.chosen()
         self.sweep, shutdown = on_executor(self.executor, self.workers.value, lambda executor: Sweep(
             self.make_trainer, algorithms, seeds=range(self.seeds.value), metric=self.metric, executor=executor,
             folder=self.folder / _slug(algorithms)))
         racing = self.race.value
         work = SweepWork(self.sweep, self._on_result, shutdown, self.delta.value if racing else None)
-        self.handle = BackgroundRun(work, name="composer_lab-sweep", on_done=self._finished)
-        self.progress.max = len(self.sweep.trials())
+        self._prepare(work, len(self.sweep.trials()))
         self._count()
         self.status.value = (f"{len(self.sweep.orders)} orders x {'at most ' if racing else ''}{self.seeds.value} seeds"
                              f"{f', racing within delta={self.delta.value:g}' if racing else ''} in "
                              f"{self.sweep.folder.path}")
-        self.run_button.disabled, self.stop_button.disabled = True, False
-        self._show()
-        return self.handle.start()
-
-    def stop(self) -> None:
-        """Cancel the runs that have not started; keep what finished."""
-        if self.handle is not None:
-            self.handle.stop()
-            self.status.value = "stopping: the runs training finish and are shown; nothing else starts"
+        return self._launch()
 
     # -- called in the sweep's thread --------------------------------------------------------
     def _on_result(self, row: dict) -> None:
