@@ -7,8 +7,7 @@ import os
 import weakref
 from contextlib import contextmanager
 from time import perf_counter
-from types import MappingProxyType
-from typing import Any, Iterator, Mapping, NamedTuple, Optional, Sequence, Union
+from typing import Any, Callable, Iterator, Mapping, NamedTuple, Optional, Sequence, Union
 
 from composer_lab.core.algorithm import Algorithm
 from composer_lab.core.callback import listened_events
@@ -35,13 +34,37 @@ class AlgorithmTrace(NamedTuple):
     run: bool = True
 
 
-Traces = Mapping[str, AlgorithmTrace]
-"""What :meth:`Engine.run_event` returns, as Composer's ``Traces``: ``'<name>/<event>'``
-(``'CutMix/after_dataloader'``) to the :class:`AlgorithmTrace` of each algorithm that ran, in run
-order (a read-only view of a dict)."""
+class Traces(Mapping):
+    """What :meth:`Engine.run_event` returns, as Composer's ``Traces``: ``'<name>/<event>'``
+    (``'CutMix/after_dataloader'``) to the :class:`AlgorithmTrace` of each algorithm that ran, in
+    run order; read-only. Its keys are built when it is first read (most callers never read it)."""
 
-NO_TRACES: Traces = MappingProxyType({})
-"""The :data:`Traces` of an event at which no algorithm ran."""
+    def __init__(self, label: Callable[[Any], str], event: Event, called: Sequence[Any], codes: Sequence[Any]) -> None:
+        self._made = (label, event, called, codes)
+        self._traces: Optional[dict[str, AlgorithmTrace]] = None
+
+    def _built(self) -> dict[str, AlgorithmTrace]:
+        if self._traces is None:
+            label, event, called, codes = self._made
+            self._traces = {f"{label(a)}/{event.value}": AlgorithmTrace(code, order)
+                            for order, (a, code) in enumerate(zip(called, codes))}
+        return self._traces
+
+    def __getitem__(self, key: str) -> AlgorithmTrace:
+        return self._built()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._built())
+
+    def __len__(self) -> int:
+        return len(self._made[2])
+
+    def __repr__(self) -> str:
+        return f"Traces({self._built()!r})"
+
+
+NO_TRACES = Traces(str, Event.INIT, (), ())
+"""The :class:`Traces` of an event at which no algorithm ran."""
 
 
 class Listeners(NamedTuple):
@@ -185,7 +208,7 @@ class Engine:
 
     # -- running ------------------------------------------------------------------------------
     def run_event(self, event: Union[Event, str]) -> Traces:
-        """Run ``event``: match, order, apply, record; the :data:`Traces` of the algorithms that ran."""
+        """Run ``event``: match, order, apply, record; the :class:`Traces` of the algorithms that ran."""
         event = event if isinstance(event, Event) else Event(event)
         algorithms, callbacks = self._listeners(event)
         self.event, self.logger.phase = event, event.phase
@@ -202,7 +225,7 @@ class Engine:
         finally:
             self.observer.event_end()
             self._record_event(event, seq, t_start, algorithms, called)
-        return self._traces(event, called, codes)
+        return Traces(self.trace.label, event, called, codes) if called else NO_TRACES
 
     def _call_all(self, objs: Sequence[Any], kind: str, event: Event, seq: int, called: list) -> list:
         """Call each of ``objs`` in order (an algorithm's ``apply``, a callback's ``run_event``), each
@@ -231,13 +254,6 @@ class Engine:
         finally:
             duration, changed = perf_counter() - t0, self.observer.after(obj)
             self._record_call(obj, kind, order, event, seq, exit_code, duration, changed, error)
-
-    def _traces(self, event: Event, called: list, codes: list) -> Traces:
-        """The :data:`Traces` of the algorithms ``called`` at ``event``, which returned ``codes``."""
-        if not called:
-            return NO_TRACES
-        return MappingProxyType({f"{self.trace.label(a)}/{event.value}": AlgorithmTrace(code, order)
-                                 for order, (a, code) in enumerate(zip(called, codes))})
 
     # -- recording ----------------------------------------------------------------------------
     def _record_call(self, obj: Any, kind: str, order: Optional[int], event: Event, seq: int, exit_code: Any = None,
