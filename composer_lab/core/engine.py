@@ -258,12 +258,12 @@ class Engine:
     # -- recording ----------------------------------------------------------------------------
     def _record_call(self, obj: Any, kind: str, order: Optional[int], event: Event, seq: int, exit_code: Any = None,
                      duration: Optional[float] = None, changed: Any = None, error: Optional[str] = None) -> None:
-        if self.trace.recording:
-            state = self.state
-            self.trace.add_call(InvocationRecord(
-                seq=seq, event=event.value, batch=state.timestamp.batch, name=self.trace.label(obj), kind=kind,
-                matched=order is not None, order=order, exit_code=exit_code, duration=duration, changed=changed,
-                error=error, closure_call=state.closure_call, epoch=state.timestamp.epoch))
+        """A call's row (or, ``order`` None, an algorithm asked that did not run); only with the trace recording."""
+        state = self.state
+        self.trace.add_call(InvocationRecord(
+            seq=seq, event=event.value, batch=state.timestamp.batch, name=self.trace.label(obj), kind=kind,
+            matched=order is not None, order=order, exit_code=exit_code, duration=duration, changed=changed,
+            error=error, closure_call=state.closure_call, epoch=state.timestamp.epoch))
 
     def _record_event(self, event: Event, seq: int, t_start: float, asked: tuple, called: list) -> None:
         """The event's row, after its calls'; at level 'all' first a row for each algorithm asked
