@@ -75,7 +75,8 @@ class Columns:
             for column in self.columns:
                 del column[length:]
             errors = [error for error in map(self._append_row, staged) if error is not None]
-            raise errors[0]
+            if errors:
+                raise errors[0]
 
     def _append_row(self, record: tuple) -> Optional[TypeError]:
         """Append one record's fields: the whole row, or none of it and the TypeError naming the column."""
