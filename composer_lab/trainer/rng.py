@@ -39,14 +39,15 @@ def rng_state() -> dict[str, Any]:
 
 
 def load_rng_state(state: dict[str, Any]) -> None:
-    """Restore what :func:`rng_state` returned."""
+    """Restore what :func:`rng_state` returned, wherever its tensors were loaded (a checkpoint
+    read with ``map_location="cuda"`` puts them on the GPU; the generators take CPU tensors)."""
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
-    torch.set_rng_state(state["torch"])
+    torch.set_rng_state(state["torch"].cpu())
     kind, keys, pos, has_gauss, gauss = state["numpy"]
-    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    np.random.set_state((kind, keys.cpu().numpy().astype(np.uint32), pos, has_gauss, gauss))
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        torch.cuda.set_rng_state_all([device_state.cpu() for device_state in state["cuda"]])
 
 
 @contextlib.contextmanager
