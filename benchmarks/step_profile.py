@@ -85,18 +85,26 @@ TORCH_CALLS = 5
 
 @contextmanager
 def timed_torch_calls(model_type: type) -> Iterator[list]:
-    """For the duration, the durations of torch's own calls in a step, in the order they are made:
+    """For the duration, the durations of torch's own calls in a step, in the order they end:
     ``SGD.zero_grad`` and ``.step``, ``model_type.forward``, ``nn.functional.cross_entropy`` and
-    ``torch.autograd.backward`` wrapped (both loops look each up when they call it)."""
+    ``torch.autograd.backward`` wrapped (both loops look each up when they call it). Each is its
+    own time, less the timed calls made inside it: the trainer's optimizer steps through a closure
+    that runs the forward, loss and backward (and the events between them) inside ``step``."""
     durations: list[float] = []
+    inner: list[float] = []  # per timed call under way, the time of the timed calls made inside it
     now, record = time.perf_counter, durations.append
 
     def timed(call: Callable) -> Callable:
         def timed_call(*args, **kwargs):
+            inner.append(0.0)
             start = now()
-            result = call(*args, **kwargs)
-            record(now() - start)
-            return result
+            try:
+                return call(*args, **kwargs)
+            finally:
+                elapsed = now() - start
+                record(elapsed - inner.pop())
+                if inner:
+                    inner[-1] += elapsed
         return timed_call
 
     places = [(torch.optim.SGD, "zero_grad"), (torch.optim.SGD, "step"), (model_type, "forward"),
