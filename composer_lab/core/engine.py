@@ -16,7 +16,7 @@ from composer_lab.core.event import Event
 from composer_lab.core.logger import Logger
 from composer_lab.core.passes import DEFAULT_PASSES, ORDER_ONLY_PASSES, AlgorithmPass, pass_name
 from composer_lab.core.state import EditCountingList, State
-from composer_lab.core.trace import EventRecord, InvocationRecord, Trace
+from composer_lab.core.trace import Trace
 
 __all__ = ["Engine", "AlgorithmTrace", "Traces"]
 
@@ -260,10 +260,10 @@ class Engine:
                      duration: Optional[float] = None, changed: Any = None, error: Optional[str] = None) -> None:
         """A call's row (or, ``order`` None, an algorithm asked that did not run); only with the trace recording."""
         state = self.state
-        self.trace.add_call(InvocationRecord(
-            seq=seq, event=event.value, batch=state.timestamp.batch, name=self.trace.label(obj), kind=kind,
+        self.trace.add_call(
+            seq=seq, event=event, batch=state.timestamp.batch, name=self.trace.label(obj), kind=kind,
             matched=order is not None, order=order, exit_code=exit_code, duration=duration, changed=changed,
-            error=error, closure_call=state.closure_call, epoch=state.timestamp.epoch))
+            error=error, closure_call=state.closure_call, epoch=state.timestamp.epoch)
 
     def _record_event(self, event: Event, seq: int, t_start: float, asked: tuple, called: list) -> None:
         """The event's row, after its calls'; at level 'all' first a row for each algorithm asked
@@ -276,9 +276,9 @@ class Engine:
                 if id(algorithm) not in ran:
                     self._record_call(algorithm, "algorithm", None, event, seq)
         ts, state = self.state.timestamp, self.state
-        self.trace.add_event(EventRecord(
-            seq=seq, event=event.value, epoch=ts.epoch, batch=ts.batch, batch_in_epoch=ts.batch_in_epoch,
-            microbatch=state.microbatch, t_start=t_start, t_end=perf_counter(), closure_call=state.closure_call))
+        self.trace.add_event(
+            seq=seq, event=event, epoch=ts.epoch, batch=ts.batch, batch_in_epoch=ts.batch_in_epoch,
+            microbatch=state.microbatch, t_start=t_start, t_end=perf_counter(), closure_call=state.closure_call)
 
     # -- lifecycle ----------------------------------------------------------------------------
     @contextmanager

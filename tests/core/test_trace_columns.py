@@ -58,8 +58,8 @@ def recorded_run(state) -> tuple[Trace, list, list]:
     engine = Engine(state, trace="all")
     calls, events = [], []
     trace, add_call, add_event = engine.trace, engine.trace.add_call, engine.trace.add_event
-    trace.add_call = lambda record: calls.append(record) or add_call(record)
-    trace.add_event = lambda record: events.append(record) or add_event(record)
+    trace.add_call = lambda **fields: calls.append(InvocationRecord(**fields)) or add_call(**fields)
+    trace.add_event = lambda **fields: events.append(EventRecord(**fields)) or add_event(**fields)
     for step in range(2):
         state.microbatch, state.closure_call = (None, 0) if step == 0 else (3, 1)
         for event in EVENTS:
@@ -120,14 +120,14 @@ def _call(**fields) -> InvocationRecord:
 def test_a_row_a_column_cannot_hold_is_refused_whole(field, value, held):
     trace = Trace("all")
     assert trace.label(Never()) == "Never"
-    trace.add_call(_call())
-    trace.add_call(_call(**{field: value}))
-    trace.add_call(_call(seq=1, order=None, matched=False, duration=None))
+    trace.add_call(**_call()._asdict())
+    trace.add_call(**_call(**{field: value})._asdict())
+    trace.add_call(**_call(seq=1, order=None, matched=False, duration=None)._asdict())
     with pytest.raises(TypeError, match=f"column '{field}' holds {held}"):  # (told when the rows move into columns)
         trace.invocation_rows
     assert trace.invocation_rows == [_call(), _call(seq=1, order=None, matched=False, duration=None)]  # (only it lost)
-    trace.add_event(EventRecord(seq=1, event="batch_end", epoch=0, batch=0, batch_in_epoch=0, microbatch=None,
-                                t_start=1.0, t_end=2.0, closure_call=0))
+    trace.add_event(seq=1, event="batch_end", epoch=0, batch=0, batch_in_epoch=0, microbatch=None, t_start=1.0,
+                    t_end=2.0, closure_call=0)
     assert list(trace.invocations.seq) == [0, 1] and list(trace.invocations.matched) == [True, False]
 
 

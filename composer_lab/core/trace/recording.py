@@ -1,8 +1,10 @@
 """The trace: a record of every event fired and every algorithm / callback call, as pandas.
 
-The engine appends named records (:class:`EventRecord`, :class:`InvocationRecord`); the trace
-holds their fields as columns (:class:`~composer_lab.core.trace.columns.Columns`: a row costs
-bytes, not objects), and every ``chunk_rows`` events :meth:`Trace.spill` writes them to parquet (a
+The engine records an event or a call by naming its fields (:meth:`Trace.add_event`,
+:meth:`Trace.add_call`; the columns of :data:`EVENT_SCHEMA` and :data:`INVOCATION_SCHEMA`, read
+back as :class:`EventRecord` and :class:`InvocationRecord`); the trace holds them as columns
+(:class:`~composer_lab.core.trace.columns.Columns`: a row costs bytes, not objects), and every
+``chunk_rows`` events :meth:`Trace.spill` writes them to parquet (a
 :class:`~composer_lab.core.trace.storage.ChunkStore`), so the memory a trace holds is bounded
 however long the run. :attr:`Trace.events`, :attr:`Trace.invocations` and :attr:`Trace.notes`
 are the whole DataFrames; :meth:`Trace.query` reads only the chunks and rows a question needs.
@@ -25,8 +27,9 @@ import pandas as pd
 from composer_lab.core.callback import INTERNAL_PREFIX
 from composer_lab.core.trace import queries
 from composer_lab.core.trace.columns import Columns, Rows
-from composer_lab.core.trace.schema import (DTYPES, EVENT_SCHEMA, INVOCATION_SCHEMA, KEYS, STORED, TRACE_FORMAT,
-                                            TRACE_LEVELS, EventRecord, InvocationRecord, NoteRecord)
+from composer_lab.core.trace.schema import (DTYPES, EVENT_ROW, EVENT_SCHEMA, INVOCATION_ROW, INVOCATION_SCHEMA, KEYS,
+                                            STORED, TRACE_FORMAT, TRACE_LEVELS, EventRecord, InvocationRecord,
+                                            NoteRecord)
 from composer_lab.core.trace.storage import Bounds, ChunkStore, table_from_bytes
 
 __all__ = ["Trace"]
@@ -82,18 +85,22 @@ class Trace:
                 self._classes[entry[1]] = cls
         return entry[1]
 
-    def add_call(self, record: InvocationRecord) -> None:
-        """Record a call (or, at level 'all', an algorithm asked that did not run)."""
+    def add_call(self, **fields: Any) -> None:
+        """Record a call (or, at level 'all', an algorithm asked that did not run): each of
+        :data:`INVOCATION_SCHEMA`'s recorded columns by name (a KeyError names one left out)."""
+        row = INVOCATION_ROW(fields)
         with self._lock:
-            self._calls.append(record)
+            self._calls.append(row)
             self._version += 1
 
-    def add_event(self, record: EventRecord) -> None:
-        """Record an event, after its calls; every ``chunk_rows`` events the rows go to a chunk. The
-        frames read before it are let go: an outdated frame of a whole trace held on would
-        outweigh the rows in memory (a read after it builds the frame again)."""
+    def add_event(self, **fields: Any) -> None:
+        """Record an event, after its calls: each of :data:`EVENT_SCHEMA`'s recorded columns by
+        name. Every ``chunk_rows`` events the rows go to a chunk. The frames read before it are let
+        go: an outdated frame of a whole trace held on would outweigh the rows in memory (a read
+        after it builds the frame again)."""
+        row = EVENT_ROW(fields)
         with self._lock:
-            self._events.append(record)
+            self._events.append(row)
             self._version += 1
             if self._cache:
                 self._cache.clear()

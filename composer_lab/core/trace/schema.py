@@ -1,9 +1,11 @@
-"""The trace's one schema: each table's columns, what the engine records of them (the records,
-built from the columns), their dtypes in the frames and their types in the parquet chunks."""
+"""The trace's one schema: each table's columns, what the engine records of them (a row laid out
+from the fields given by name, and the records a row reads back as), their dtypes in the frames
+and their types in the parquet chunks."""
 
 from __future__ import annotations
 
 import json
+import operator
 from collections import namedtuple
 from typing import Any, Callable, NamedTuple, Optional
 
@@ -13,7 +15,8 @@ from composer_lab.core.event import Event
 from composer_lab.core.trace.storage import to_json
 
 __all__ = ["Column", "EVENT_SCHEMA", "INVOCATION_SCHEMA", "NOTE_SCHEMA", "EVENT_COLUMNS", "INVOCATION_COLUMNS",
-           "NOTE_COLUMNS", "EventRecord", "InvocationRecord", "NoteRecord", "TRACE_LEVELS", "TRACE_FORMAT"]
+           "NOTE_COLUMNS", "EventRecord", "InvocationRecord", "NoteRecord", "EVENT_ROW", "INVOCATION_ROW",
+           "TRACE_LEVELS", "TRACE_FORMAT"]
 
 
 class Column(NamedTuple):
@@ -53,7 +56,7 @@ _KIND_DTYPE = pd.CategoricalDtype(["algorithm", "callback"])
 EVENT_SCHEMA = (
     Column("seq", "int64", "int64", held="q"),
     Column("phase", _PHASE_DTYPE, recorded=False),  # (the event's, when read)
-    Column("event", _EVENT_DTYPE, "category"),  # (recorded as the Event's value)
+    Column("event", _EVENT_DTYPE, "category"),  # (recorded as the Event: a str, its value)
     Column("epoch", "int64", "int64", held="i"),
     Column("batch", "int64", "int64", held="q"),
     Column("batch_in_epoch", "int64", "int64", held="q"),
@@ -103,10 +106,15 @@ def recorded(schema: tuple) -> list[str]:
     return [c.name for c in schema if c.recorded]
 
 
+EVENT_ROW = operator.itemgetter(*recorded(EVENT_SCHEMA))
+"""An event's fields, given by name (a dict), as a row in :data:`EVENT_SCHEMA`'s order."""
+INVOCATION_ROW = operator.itemgetter(*recorded(INVOCATION_SCHEMA))
+"""A call's fields, given by name, as a row in :data:`INVOCATION_SCHEMA`'s order."""
+
 EventRecord = namedtuple("EventRecord", recorded(EVENT_SCHEMA))
-EventRecord.__doc__ = "An event as the engine records it (:data:`EVENT_SCHEMA`), built by name."
+EventRecord.__doc__ = "An event's row read back by name (:data:`EVENT_SCHEMA`)."
 InvocationRecord = namedtuple("InvocationRecord", recorded(INVOCATION_SCHEMA))
-InvocationRecord.__doc__ = "A call as the engine records it (:data:`INVOCATION_SCHEMA`), built by name."
+InvocationRecord.__doc__ = "A call's row read back by name (:data:`INVOCATION_SCHEMA`)."
 NoteRecord = namedtuple("NoteRecord", recorded(NOTE_SCHEMA))
 NoteRecord.__doc__ = "A note (:data:`NOTE_SCHEMA`)."
 
