@@ -4,8 +4,9 @@ During a short real run, at every event where two or more algorithms match, each
 applied in both orders to two deep copies of the live :class:`State` (the algorithms copied with
 it, the global random generators in the same state for both) and what each order leaves is
 compared: batch inputs and targets, outputs, loss, model parameters and buffers (and its modules:
-another class, name or setting in one order is an infinite difference), optimizer state. The live
-run is not touched: it goes on as if nothing had been checked.
+another class, name or setting in one order is an infinite difference), optimizer state; an error
+only in the order the run does not take is a difference in every field (warned). The live run is
+not touched: it goes on as if nothing had been checked.
 
 INIT fires while the trainer is built, before the check can watch it, so INIT's pairs (model
 surgery) are judged on the State INIT's algorithms find: that of a trainer the factory builds with
@@ -80,16 +81,15 @@ def commutation(make_trainer: Callable[[list, int], Any], algorithms: Sequence[A
     copies = copy.deepcopy(algorithms)
     trainer = check_trainer(make_trainer(copies, seed), make_trainer, copies)
     passes = [pass_name(p) for p in trainer.engine.passes]
-    matched = [a for a in at_init.algorithms if a.listens(Event.INIT) and a.match(Event.INIT, at_init)]
-    init_order = trainer.engine.plan(Event.INIT, matched, assume_matched=True)  # INIT's order under the passes
     probe = _Probe(trainer.state, {**_names(copies), **_names(at_init.algorithms)})
-    trainer.engine.register_pass(probe)  # last: it sees each event's final order, before anything is applied
     try:
-        probe.judge(at_init, init_order, Event.INIT)
+        matched = [a for a in at_init.algorithms if a.listens(Event.INIT) and a.match(Event.INIT, at_init)]
+        probe.judge(at_init, trainer.engine.plan(Event.INIT, matched, assume_matched=True), Event.INIT)
+        trainer.engine.register_pass(probe)  # last: it sees each event's final order, before anything is applied
         trainer.state.max_duration = f"{batches}ba"  # a run of that length: schedules fall inside it
         trainer.fit()
     finally:
-        trainer.engine.remove_pass(probe)
+        trainer.engine.passes = [p for p in trainer.engine.passes if p is not probe]
         trainer.close()
     table = probe.table(tolerance)
     table.attrs.update(tolerance=tolerance, passes=passes, judged_at_opening=probe.judged_at_opening())
@@ -102,7 +102,7 @@ def state_at_init(make_trainer: Callable[[list, int], Any], algorithms: Sequence
     generators are put back as they were, so the trainer built next starts as it would have."""
     saved = rng_state()
     try:
-        bare = check_trainer(make_trainer([], seed), make_trainer, [])
+        bare = check_trainer(_without_algorithms(make_trainer, seed), make_trainer, [])
         try:
             state = twin_state(bare.state)[0]
         finally:
@@ -111,6 +111,15 @@ def state_at_init(make_trainer: Callable[[list, int], Any], algorithms: Sequence
         load_rng_state(saved)
     state.algorithms = copy.deepcopy(algorithms)
     return state
+
+
+def _without_algorithms(make_trainer: Callable[[list, int], Any], seed: int) -> Any:
+    try:
+        return make_trainer([], seed)
+    except Exception as error:
+        error.add_note("(commutation() builds make_trainer([], seed) to copy the State INIT's algorithms find: "
+                       "the factory must accept an empty list of algorithms)")
+        raise
 
 
 def _names(algorithms: Sequence[Algorithm]) -> dict[int, str]:

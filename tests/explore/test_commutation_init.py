@@ -140,3 +140,12 @@ def test_an_order_that_fails_only_on_the_copy_does_not_commute_and_leaves_the_us
     # Only the factory's trainer changed the shared model, at INIT in its order: halved once, GELUs in.
     assert torch.equal(shared[0].weight, before["0.weight"] * 0.5)
     assert isinstance(shared[1], nn.GELU)
+
+
+def test_a_factory_that_needs_algorithms_is_told_why_it_gets_none():
+    def first_only(algorithms, seed):
+        return strided([algorithms[0], *algorithms[1:]], seed)  # (assumes one algorithm at least)
+
+    with pytest.raises(IndexError) as raised:
+        commutation(first_only, [Activation(nn.GELU), Activation(nn.Tanh)], batches=1)
+    assert "builds make_trainer([], seed)" in "".join(raised.value.__notes__)
