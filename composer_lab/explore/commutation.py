@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import re
 import types
 import warnings
 from typing import Any, Callable, Optional, Sequence
@@ -57,6 +58,7 @@ TOLERANCE = 1e-5
 COLUMNS = ["event", "first", "second", "field", "max_abs_diff", "points", "commutes"]
 JUDGED_COLUMNS = ["event", "first", "second", "opening_event"]
 _GREEN, _RED = "#5cb85c", "#d9534f"
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
 def commutation(make_trainer: Callable[[list, int], Any], algorithms: Sequence[Algorithm], seed: int = 0,
@@ -238,9 +240,14 @@ def _fields(state: State) -> dict[str, Any]:
         "inputs": _batch_item(state, 0), "targets": _batch_item(state, 1),
         "outputs": _tensors(state.outputs), "loss": _tensors(state.loss),
         "model": list(state.model.state_dict().values()),
-        "modules": [(name, type(m), m.extra_repr()) for name, m in state.model.named_modules()],
+        "modules": _modules(state.model),
         "optimizer": _tensors([o.state_dict()["state"] for o in state.optimizers]),
     }
+
+
+def _modules(model: torch.nn.Module) -> list[tuple[str, type, str]]:
+    """Each module's name, class and settings (its ``extra_repr``, less object addresses: each copy has its own)."""
+    return [(name, type(m), _ADDRESS.sub("", m.extra_repr())) for name, m in model.named_modules()]
 
 
 def _batch_item(state: State, key: int) -> Optional[list[torch.Tensor]]:

@@ -108,6 +108,8 @@ def test_models_whose_modules_differ_do_not_commute_even_with_equal_tensors():
     assert rows.loc["model", "max_abs_diff"] == float("inf") and not rows.loc["model", "commutes"]
     assert _verdicts(commutation(strided, [Activation(nn.GELU), Activation(nn.GELU)], batches=1)) == {
         ("Activation", "Activation#2"): True}
+    slopes = [Activation(functools.partial(nn.LeakyReLU, 0.1)), Activation(functools.partial(nn.LeakyReLU, 0.2))]
+    assert _verdicts(commutation(strided, slopes, batches=1)) == {("Activation", "Activation#2"): False}  # a setting
 
 
 def test_the_init_check_leaves_the_live_run_as_it_would_have_been():
