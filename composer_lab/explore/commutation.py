@@ -12,8 +12,9 @@ INIT fires while the trainer is built, before the check can watch it, so INIT's 
 surgery) are judged on the State INIT's algorithms find: that of a trainer the factory builds with
 no algorithms (callbacks run first at INIT either way), built, copied and closed before the trainer
 that trains (whose model the factory may share: it is still as given), the global generators then
-put back. Its pairs are ordered by the training trainer's engine, under its passes, as it ran INIT.
-BEFORE_LOAD and AFTER_LOAD, also fired while the trainer is built, are not checked.
+put back; only when two or more of the algorithms listen at INIT. Its pairs are ordered by the
+training trainer's engine, under its passes, as it ran INIT. BEFORE_LOAD and AFTER_LOAD, also fired
+while the trainer is built, are not checked.
 
 The pairs are those the factory's trainer runs, under its own passes, in the order it runs them.
 On an after-event where the passes run a pair in the reverse of its order at the opening event
@@ -40,6 +41,7 @@ from matplotlib.patches import Patch, Rectangle
 
 from composer_lab.core.algorithm import Algorithm
 from composer_lab.core.checks import check_positive_int
+from composer_lab.core.engine import Engine
 from composer_lab.core.event import Event
 from composer_lab.core.logger import Logger
 from composer_lab.core.passes import pass_name
@@ -79,14 +81,16 @@ def commutation(make_trainer: Callable[[list, int], Any], algorithms: Sequence[A
     """
     algorithms = check_algorithms(algorithms)
     check_positive_int("batches", batches, "is how many batches to train while checking, a positive int")
-    at_init = state_at_init(make_trainer, algorithms, seed)  # first: a model the factory shares is as given
+    meet_at_init = sum(a.listens(Event.INIT) for a in algorithms) > 1  # else no pair at INIT: nothing to build
+    # First, before the trainer that trains: a model the factory shares is still as given.
+    at_init = state_at_init(make_trainer, algorithms, seed) if meet_at_init else None
     copies = copy.deepcopy(algorithms)
     trainer = check_trainer(make_trainer(copies, seed), make_trainer, copies)
     passes = [pass_name(p) for p in trainer.engine.passes]
-    probe = _Probe(trainer.state, {**_names(copies), **_names(at_init.algorithms)})
+    probe = _Probe(trainer.state, _names(copies))
     try:
-        matched = [a for a in at_init.algorithms if a.listens(Event.INIT) and a.match(Event.INIT, at_init)]
-        probe.judge(at_init, trainer.engine.plan(Event.INIT, matched, assume_matched=True), Event.INIT)
+        if at_init is not None:
+            _judge_init(probe, trainer.engine, at_init)
         trainer.engine.register_pass(probe)  # last: it sees each event's final order, before anything is applied
         trainer.state.max_duration = f"{batches}ba"  # a run of that length: schedules fall inside it
         trainer.fit()
@@ -122,6 +126,14 @@ def _without_algorithms(make_trainer: Callable[[list, int], Any], seed: int) -> 
         error.add_note("(commutation() builds make_trainer([], seed) to copy the State INIT's algorithms find: "
                        "the factory must accept an empty list of algorithms)")
         raise
+
+
+def _judge_init(probe: "_Probe", engine: Engine, at_init: State) -> None:
+    """Have ``probe`` judge the pairs of ``at_init``'s algorithms that match INIT there, in the order
+    ``engine``'s passes run them."""
+    probe.names.update(_names(at_init.algorithms))
+    matched = [a for a in at_init.algorithms if a.listens(Event.INIT) and a.match(Event.INIT, at_init)]
+    probe.judge(at_init, engine.plan(Event.INIT, matched, assume_matched=True), Event.INIT)
 
 
 def _names(algorithms: Sequence[Algorithm]) -> dict[int, str]:

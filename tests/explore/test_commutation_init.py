@@ -125,6 +125,7 @@ def test_the_init_check_leaves_the_live_run_as_it_would_have_been():
     table = commutation(recording, [SqueezeExcite(latent_channels=2, min_channels=4), BlurPool(min_channels=1)],
                         batches=2)
     assert set(_verdicts(table)) == {("SqueezeExcite", "BlurPool")}  # (SqueezeExcite draws its new layers)
+    assert [len(t.state.algorithms) for t in built] == [0, 2]  # INIT's state: a trainer with none, built first
     torch.manual_seed(7)
     alone = strided([SqueezeExcite(latent_channels=2, min_channels=4), BlurPool(min_channels=1)], 0)
     alone.fit()
