@@ -3,8 +3,18 @@
 During a short real run, at every event where two or more algorithms match, each pair of them is
 applied in both orders to two deep copies of the live :class:`State` (the algorithms copied with
 it, the global random generators in the same state for both) and what each order leaves is
-compared: batch inputs and targets, outputs, loss, model parameters and buffers, optimizer state.
-The live run is not touched: it goes on as if nothing had been checked.
+compared: batch inputs and targets, outputs, loss, model parameters and buffers (and its modules:
+another class, name or setting in one order is an infinite difference), optimizer state; an error
+only in the order the run does not take is a difference in every field (warned). The live run is
+not touched: it goes on as if nothing had been checked.
+
+INIT fires while the trainer is built, before the check can watch it, so INIT's pairs (model
+surgery) are judged on the State INIT's algorithms find: that of a trainer the factory builds with
+no algorithms (callbacks run first at INIT either way), built, copied and closed before the trainer
+that trains (whose model the factory may share: it is still as given), the global generators then
+put back; only when two or more of the algorithms listen at INIT. Its pairs are ordered by the
+training trainer's engine, under its passes, as it ran INIT. BEFORE_LOAD and AFTER_LOAD, also fired
+while the trainer is built, are not checked.
 
 The pairs are those the factory's trainer runs, under its own passes, in the order it runs them.
 On an after-event where the passes run a pair in the reverse of its order at the opening event
@@ -20,7 +30,9 @@ from __future__ import annotations
 
 import copy
 import itertools
+import re
 import types
+import warnings
 from typing import Any, Callable, Optional, Sequence
 
 import pandas as pd
@@ -29,6 +41,7 @@ from matplotlib.patches import Patch, Rectangle
 
 from composer_lab.core.algorithm import Algorithm
 from composer_lab.core.checks import check_positive_int
+from composer_lab.core.engine import Engine
 from composer_lab.core.event import Event
 from composer_lab.core.logger import Logger
 from composer_lab.core.passes import pass_name
@@ -47,6 +60,7 @@ TOLERANCE = 1e-5
 COLUMNS = ["event", "first", "second", "field", "max_abs_diff", "points", "commutes"]
 JUDGED_COLUMNS = ["event", "first", "second", "opening_event"]
 _GREEN, _RED = "#5cb85c", "#d9534f"
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
 def commutation(make_trainer: Callable[[list, int], Any], algorithms: Sequence[Algorithm], seed: int = 0,
@@ -55,30 +69,75 @@ def commutation(make_trainer: Callable[[list, int], Any], algorithms: Sequence[A
 
     ``make_trainer(algorithms, seed)`` builds the trainer (fresh copies of ``algorithms`` arrive);
     it trains ``batches`` batches as a run of that length (so schedules such as Selective
-    Backprop's ``start``/``end`` fall inside it), from FIT_START on. One row per event, pair (in
-    the order the engine ran them) and field: the largest absolute difference over the points
-    checked, how many points, and ``commutes`` (``max_abs_diff <= tolerance``). A pair commutes
-    at an event when every field does; shapes that differ count as an infinite difference.
+    Backprop's ``start``/``end`` fall inside it), from FIT_START on; INIT's pairs are judged once,
+    on the state a trainer the factory builds with no algorithms holds (see the module's
+    docstring). One row per event, pair (in the order the engine ran them) and field: the largest
+    absolute difference over the points checked, how many points, and ``commutes``
+    (``max_abs_diff <= tolerance``). A pair commutes at an event when every field does; shapes
+    that differ, or models whose modules differ, count as an infinite difference.
     ``attrs``: ``tolerance``, ``passes`` (the names of the passes the trainer ran) and
     ``judged_at_opening`` (the pairs an after-event undid last-in-first-out, judged at the
     opening event: see the module's docstring).
     """
     algorithms = check_algorithms(algorithms)
     check_positive_int("batches", batches, "is how many batches to train while checking, a positive int")
+    meet_at_init = sum(a.listens(Event.INIT) for a in algorithms) > 1  # else no pair at INIT: nothing to build
+    # First, before the trainer that trains: a model the factory shares is still as given.
+    at_init = state_at_init(make_trainer, algorithms, seed) if meet_at_init else None
     copies = copy.deepcopy(algorithms)
     trainer = check_trainer(make_trainer(copies, seed), make_trainer, copies)
     passes = [pass_name(p) for p in trainer.engine.passes]
-    probe = _Probe(trainer.state, dict(zip(map(id, copies), algorithm_names(copies))))
-    trainer.engine.register_pass(probe)  # last: it sees each event's final order, before anything is applied
+    probe = _Probe(trainer.state, _names(copies))
     try:
+        if at_init is not None:
+            _judge_init(probe, trainer.engine, at_init)
+        trainer.engine.register_pass(probe)  # last: it sees each event's final order, before anything is applied
         trainer.state.max_duration = f"{batches}ba"  # a run of that length: schedules fall inside it
         trainer.fit()
     finally:
-        trainer.engine.remove_pass(probe)
+        trainer.engine.passes = [p for p in trainer.engine.passes if p is not probe]
         trainer.close()
     table = probe.table(tolerance)
     table.attrs.update(tolerance=tolerance, passes=passes, judged_at_opening=probe.judged_at_opening())
     return table
+
+
+def state_at_init(make_trainer: Callable[[list, int], Any], algorithms: Sequence[Algorithm], seed: int) -> State:
+    """A copy of the State INIT's algorithms find, holding fresh copies of ``algorithms``: the state
+    of a trainer ``make_trainer`` builds with no algorithms, copied, then closed; the global random
+    generators are put back as they were, so the trainer built next starts as it would have."""
+    saved = rng_state()
+    try:
+        bare = check_trainer(_without_algorithms(make_trainer, seed), make_trainer, [])
+        try:
+            state = twin_state(bare.state)[0]
+        finally:
+            bare.close()
+    finally:
+        load_rng_state(saved)
+    state.algorithms = copy.deepcopy(algorithms)
+    return state
+
+
+def _without_algorithms(make_trainer: Callable[[list, int], Any], seed: int) -> Any:
+    try:
+        return make_trainer([], seed)
+    except Exception as error:
+        error.add_note("(commutation() builds make_trainer([], seed) to copy the State INIT's algorithms find: "
+                       "the factory must accept an empty list of algorithms)")
+        raise
+
+
+def _judge_init(probe: "_Probe", engine: Engine, at_init: State) -> None:
+    """Have ``probe`` judge the pairs of ``at_init``'s algorithms that match INIT there, in the order
+    ``engine``'s passes run them."""
+    probe.names.update(_names(at_init.algorithms))
+    matched = [a for a in at_init.algorithms if a.listens(Event.INIT) and a.match(Event.INIT, at_init)]
+    probe.judge(at_init, engine.plan(Event.INIT, matched, assume_matched=True), Event.INIT)
+
+
+def _names(algorithms: Sequence[Algorithm]) -> dict[int, str]:
+    return dict(zip(map(id, algorithms), algorithm_names(algorithms)))
 
 
 class _Probe:
@@ -95,6 +154,11 @@ class _Probe:
         self._last: dict[Event, set[tuple[int, int]]] = {}  # the pairs (in order) at each event's last firing
 
     def __call__(self, algorithms: Sequence[Algorithm], event: Event) -> Sequence[Algorithm]:
+        self.judge(self.state, algorithms, event)
+        return algorithms
+
+    def judge(self, state: State, algorithms: Sequence[Algorithm], event: Event) -> None:
+        """Compare each pair of ``algorithms`` (in the order they run at ``event``) on copies of ``state``."""
         pairs = list(itertools.combinations(algorithms, 2))
         self._last[event] = {(id(a), id(b)) for a, b in pairs}
         opening = event.opening
@@ -102,9 +166,8 @@ class _Probe:
         for a, b in [(a, b) for a, b in pairs if (id(b), id(a)) in mirrored]:
             self.judged[(event.value, self.names[id(a)], self.names[id(b)], opening.value)] = None
         for a, b in [(a, b) for a, b in pairs if (id(b), id(a)) not in mirrored]:
-            for field, diff in compare_orders(self.state, event, a, b).items():
+            for field, diff in compare_orders(state, event, a, b).items():
                 self.diffs.setdefault((event.value, self.names[id(a)], self.names[id(b)], field), []).append(diff)
-        return algorithms
 
     def judged_at_opening(self) -> pd.DataFrame:
         """The pairs not compared at an after-event that undid them last-in-first-out."""
@@ -116,23 +179,39 @@ class _Probe:
 
 
 def compare_orders(state: State, event: Event, a: Algorithm, b: Algorithm) -> dict[str, float]:
-    """Apply ``a`` then ``b``, and ``b`` then ``a``, at ``event`` to two copies of ``state``, both
-    starting from the same random generators; the largest absolute difference of each field."""
+    """Apply ``a`` then ``b`` (the run's order), and ``b`` then ``a``, at ``event`` to two copies of
+    ``state``, both starting from the same random generators; the largest absolute difference of
+    each field. An error in the run's order propagates (the run would meet it too); one only in
+    the other order is a difference in every field (infinite), with a warning naming it."""
     saved = rng_state()
     try:
         left = _apply_in_order(state, event, (a, b))
         load_rng_state(saved)
-        right = _apply_in_order(state, event, (b, a))
+        try:
+            right = _apply_in_order(state, event, (b, a))
+        except Exception as error:
+            warnings.warn(f"{type(b).__name__} then {type(a).__name__} at {event.value} (the order the run does not "
+                          f"take) raised on a copy of the State: {error!r}; counted as not commuting (every field "
+                          f"an infinite difference)", stacklevel=2)
+            return dict.fromkeys(FIELDS, float("inf"))
     finally:
         load_rng_state(saved)
-    return {field: _max_abs_diff(left[field], right[field]) for field in FIELDS}
+    diffs = {field: _max_abs_diff(left[field], right[field]) for field in FIELDS}
+    if left["modules"] != right["modules"]:
+        diffs["model"] = float("inf")  # another module (a class, a name, a setting) in one order: another model
+    return diffs
 
 
 def _apply_in_order(state: State, event: Event, order: Sequence[Algorithm]) -> dict[str, Any]:
     twin, memo = twin_state(state)
     logger = Logger(twin)
-    for algorithm in order:
-        memo[id(algorithm)].apply(event, twin, logger)
+    try:
+        for algorithm in [memo[id(a)] for a in order]:
+            algorithm.apply(event, twin, logger)
+    except Exception as error:
+        error.add_note(f"(raised while commutation() applied {' then '.join(type(a).__name__ for a in order)} at "
+                       f"{event.value} to a copy of the State: the run's own model and state are untouched)")
+        raise
     return _fields(twin)
 
 
@@ -168,13 +247,19 @@ def _closures(algorithms: Sequence[Algorithm], memo: dict[int, Any]) -> list[tup
 
 
 def _fields(state: State) -> dict[str, Any]:
-    """The tensors of each compared field."""
+    """The tensors of each compared field, and the model's modules (name, class, settings)."""
     return {
         "inputs": _batch_item(state, 0), "targets": _batch_item(state, 1),
         "outputs": _tensors(state.outputs), "loss": _tensors(state.loss),
         "model": list(state.model.state_dict().values()),
+        "modules": _modules(state.model),
         "optimizer": _tensors([o.state_dict()["state"] for o in state.optimizers]),
     }
+
+
+def _modules(model: torch.nn.Module) -> list[tuple[str, type, str]]:
+    """Each module's name, class and settings (its ``extra_repr``, less object addresses: each copy has its own)."""
+    return [(name, type(m), _ADDRESS.sub("", m.extra_repr())) for name, m in model.named_modules()]
 
 
 def _batch_item(state: State, key: int) -> Optional[list[torch.Tensor]]:
