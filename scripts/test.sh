@@ -21,9 +21,9 @@ fi
 # tests/test_code_shape.py).
 ruff check composer_lab tests benchmarks
 
-# Two worker processes (pytest-xdist; at most two, the cores CI has): every test uses one torch
-# thread. --dist loadfile keeps each file on one worker, in order: a notebook's cells share one
-# kernel, and a test module's tests may share module state (the compatibility matrix). `-n 0` runs
-# everything in this process.
+# Two worker processes (pytest-xdist), one per core of CI's two: every test uses one torch thread.
+# (Not `-n auto`: it counts physical cores, one on a VM of two hyperthreads.) --dist loadfile keeps
+# each file on one worker, in order: a notebook's cells share one kernel, and a test module's tests
+# may share module state (the compatibility matrix). `-n 0` runs everything in this process.
 python -m pytest tests notebooks --nbval --nbval-current-env \
-  --nbval-sanitize-with composer_lab/nbval_sanitize.cfg -n auto --maxprocesses 2 --dist loadfile "$@"
+  --nbval-sanitize-with composer_lab/nbval_sanitize.cfg -n 2 --dist loadfile "$@"
