@@ -4,17 +4,23 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The real-browser test drives JupyterLab in Debian's Chromium; it is skipped, with a
+# message, where Chromium cannot be installed. apt installs it in the background, while pip
+# installs the packages (both mostly wait on downloads).
+chromium_install=""
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) &
+  chromium_install=$!
+fi
+
 python3 -m venv .venv
 . .venv/bin/activate
 # The standard torch build from PyPI (CUDA libraries included, ~2 min to download): the
 # CPU-only wheel cannot load torchvision's compiled ops. It runs on CPU and GPU alike.
 pip install -q --disable-pip-version-check -e '.[test]'
 
-# The real-browser test drives JupyterLab in Debian's Chromium; it is skipped, with a
-# message, where Chromium cannot be installed.
-if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
-    || echo "note: could not install chromium; the browser test will be skipped"
+if [ -n "$chromium_install" ] && ! wait "$chromium_install"; then
+  echo "note: could not install chromium; the browser test will be skipped"
 fi
 
 # Style and the complexity limit; the layers contract and module sizes are tests (tests/test_layers.py,
