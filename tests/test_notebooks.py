@@ -106,7 +106,8 @@ def test_notebooks_validate_on_the_scalar_cpu_kernels():
 
 
 def test_the_test_command_validates_the_notebooks_folder():
-    """scripts/test.sh runs nbval over notebooks/ in strict mode, so a new notebook there is validated."""
+    """scripts/test.sh runs nbval over notebooks/ in strict mode, so a new notebook there is validated,
+    and when it runs the tests in worker processes it keeps each notebook on one of them."""
     script = (ROOT / "scripts" / "test.sh").read_text()
     commands = [shlex.split(line.replace("\\\n", " ")) for line in script.replace("\\\n", " ").splitlines()
                 if "pytest" in line and not line.lstrip().startswith("#")]
@@ -116,6 +117,9 @@ def test_the_test_command_validates_the_notebooks_folder():
     assert "notebooks" in cmd and "--nbval" in cmd and "--nbval-lax" not in cmd
     assert "--nbval-current-env" in cmd
     assert cmd[cmd.index("--nbval-sanitize-with") + 1] == "composer_lab/nbval_sanitize.cfg"
+    if "-n" in cmd:  # in worker processes (pytest-xdist), each notebook's cells run on one worker, in order
+        assert cmd[cmd.index("--dist") + 1] in ("loadfile", "loadscope"), \
+            "with -n, pass --dist loadfile: nbval runs a notebook's cells one after another in one kernel"
 
 
 def _rules() -> list[tuple[str, str]]:
