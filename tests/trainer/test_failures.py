@@ -94,22 +94,26 @@ def test_interrupt_leaves_a_consistent_trainer_and_fit_continues(event, batch, a
 
 
 def test_a_stop_pressed_during_the_optimizer_step_waits_until_the_batch_is_applied():
-    trainer = make_trainer()
-    optimizer = trainer.state.optimizers[0]
-    calls = []
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a script, whatever ran before
+    try:
+        trainer = make_trainer()
+        optimizer = trainer.state.optimizers[0]
+        calls = []
 
-    def press_stop(opt, args, kwargs):
-        calls.append(trainer.state.timestamp.batch)
-        if trainer.state.timestamp.batch == 2:
-            os.kill(os.getpid(), signal.SIGINT)  # as Jupyter's stop button does
+        def press_stop(opt, args, kwargs):
+            calls.append(trainer.state.timestamp.batch)
+            if trainer.state.timestamp.batch == 2:
+                os.kill(os.getpid(), signal.SIGINT)  # as Jupyter's stop button does
 
-    optimizer.register_step_pre_hook(press_stop)
-    with pytest.raises(KeyboardInterrupt):
-        trainer.fit()
+        optimizer.register_step_pre_hook(press_stop)
+        with pytest.raises(KeyboardInterrupt):
+            trainer.fit()
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, "fit restores the handler"
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert trainer.state.timestamp.batch == 3, "batch 2 was fully applied before the interrupt"
     _assert_weights(trainer, _trained_for(3))
     assert "3 batches trained, the last one completely" in trainer.trace.notes["text"].iloc[-1]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, "fit restores the handler"
 
 
 def test_a_failing_algorithm_is_noted_and_the_next_fit_trains_the_batch_again():
