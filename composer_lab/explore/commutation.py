@@ -49,7 +49,7 @@ from composer_lab.core.state import State
 from composer_lab.explore.orderings import algorithm_names, check_algorithms
 from composer_lab.explore.trials import check_trainer
 from composer_lab.figures import LabFigure
-from composer_lab.trainer.rng import load_rng_state, rng_state
+from composer_lab.trainer.rng import load_rng_state, preserved_rng, rng_state
 
 __all__ = ["commutation", "plot_commutation", "FIELDS", "TOLERANCE"]
 
@@ -106,15 +106,12 @@ def state_at_init(make_trainer: Callable[[list, int], Any], algorithms: Sequence
     """A copy of the State INIT's algorithms find, holding fresh copies of ``algorithms``: the state
     of a trainer ``make_trainer`` builds with no algorithms, copied, then closed; the global random
     generators are put back as they were, so the trainer built next starts as it would have."""
-    saved = rng_state()
-    try:
+    with preserved_rng():
         bare = check_trainer(_without_algorithms(make_trainer, seed), make_trainer, [])
         try:
             state = twin_state(bare.state)[0]
         finally:
             bare.close()
-    finally:
-        load_rng_state(saved)
     state.algorithms = copy.deepcopy(algorithms)
     return state
 
